@@ -1,0 +1,108 @@
+/** buildApp(): the Fastify instance with every route, without listen(), so tests can inject(). */
+import { randomUUID } from 'node:crypto';
+import formbody from '@fastify/formbody';
+import Fastify, { LogController, type FastifyInstance } from 'fastify';
+import type { Logger } from 'pino';
+import { makeContext, type AppContext, type AppLimits } from './context.js';
+import type { Config } from './config/types.js';
+import { registerCors } from './http/cors.js';
+import { LIMITS, parseParams } from './http/params.js';
+import { sendErrorPage, sendJsonError, toOAuthError } from './http/render-error.js';
+import { loginRoutes } from './login/routes.js';
+import { authorizeRoutes } from './oauth/authorize.js';
+import { healthRoutes } from './oauth/health.js';
+import { metadataRoutes, wellKnownAtRoot } from './oauth/metadata.js';
+import { tokenRoutes } from './oauth/token.js';
+import { userinfoRoutes } from './oauth/userinfo.js';
+import type { Store } from './store/types.js';
+import type { SigningKeys } from './tokens/keys.js';
+import { createLogger } from './log.js';
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    /** client_id once known, for the access log. */
+    clientId: string | undefined;
+    /** The OAuth error code or "ok", for the access log. */
+    outcome: string | undefined;
+  }
+}
+
+export interface BuildAppOptions {
+  readonly config: Config;
+  readonly store: Store;
+  readonly keys: SigningKeys;
+  readonly logger?: Logger;
+  readonly now?: () => number;
+  readonly limits?: Partial<AppLimits>;
+  readonly https?: { key: Buffer; cert: Buffer };
+}
+
+export async function buildApp(options: BuildAppOptions): Promise<{ app: FastifyInstance; ctx: AppContext }> {
+  const ctx = makeContext(options.config, options.store, options.keys, { now: options.now, limits: options.limits });
+  const logger = options.logger ?? createLogger('silent');
+  const app = Fastify({
+    loggerInstance: logger,
+    logController: new LogController({ disableRequestLogging: true }),
+    bodyLimit: LIMITS.bodyBytes,
+    trustProxy: options.config.tls.mode === 'proxy',
+    genReqId: () => randomUUID(),
+    requestIdHeader: false,
+    return503OnClosing: true,
+    ...(options.https ? { https: options.https } : {}),
+  }) as unknown as FastifyInstance;
+
+  app.decorateRequest('clientId', undefined);
+  app.decorateRequest('outcome', undefined);
+
+  // Only form bodies are accepted (DESIGN.md §4): anything else is 415.
+  app.removeAllContentTypeParsers();
+  // The body is a Params map; formbody types it as a record, hence the cast.
+  await app.register(formbody, { parser: parseParams as unknown as (text: string) => Record<string, unknown>, bodyLimit: LIMITS.bodyBytes });
+
+  // One access-log line per request, with chosen fields only: never a query string, header or body.
+  app.addHook('onResponse', async (request, reply) => {
+    const line = {
+      reqId: request.id,
+      method: request.method,
+      path: request.url.split('?')[0],
+      status: reply.statusCode,
+      client_id: request.clientId,
+      outcome: request.outcome ?? (reply.statusCode < 400 ? 'ok' : 'error'),
+      ms: Math.round(reply.elapsedTime),
+    };
+    if (reply.statusCode >= 500) request.log.error(line, 'request');
+    else request.log.info(line, 'request');
+  });
+
+  app.setErrorHandler(async (error, request, reply) => {
+    const oauthError = toOAuthError(error, request);
+    if (request.routeOptions.config?.page === true) return sendErrorPage(reply, oauthError);
+    return sendJsonError(reply, oauthError);
+  });
+  app.setNotFoundHandler(async (request, reply) => {
+    request.outcome = 'not_found';
+    return reply.code(404).send({ error: 'not_found', error_description: 'no such endpoint' });
+  });
+
+  await app.register(wellKnownAtRoot(ctx));
+  await app.register(
+    async (scoped) => {
+      registerCors(scoped, ctx.clientOrigins, {
+        '/token': 'clients',
+        '/userinfo': 'clients',
+        '/device_authorization': 'clients',
+        '/jwks': 'any',
+        '/.well-known/openid-configuration': 'any',
+        '/.well-known/oauth-authorization-server': 'any',
+      });
+      await scoped.register(metadataRoutes(ctx));
+      await scoped.register(healthRoutes(ctx));
+      await scoped.register(authorizeRoutes(ctx));
+      await scoped.register(loginRoutes(ctx));
+      await scoped.register(tokenRoutes(ctx));
+      await scoped.register(userinfoRoutes(ctx));
+    },
+    { prefix: ctx.config.basePath },
+  );
+  return { app, ctx };
+}

@@ -1,0 +1,26 @@
+const UNIT_MS: Readonly<Record<string, number>> = {
+  ms: 1,
+  s: 1000,
+  m: 60_000,
+  h: 3_600_000,
+  d: 86_400_000,
+};
+
+// "ms" is listed before "m" so that "500ms" is not read as 500 minutes followed by "s".
+const WHOLE = /^(?:(?:\d+(?:\.\d*)?|\.\d+)(?:ms|s|m|h|d))+$/;
+const PART = /(\d+(?:\.\d*)?|\.\d+)(ms|s|m|h|d)/g;
+
+/**
+ * Parses a Go-style duration (`90s`, `15m`, `1h30m`, `1.5h`, `500ms`) plus `d` for days into
+ * milliseconds; undefined for anything else, including zero, signs, spaces and values too big to count.
+ */
+export function parseDuration(text: string): number | undefined {
+  if (!WHOLE.test(text)) return undefined;
+  let total = 0;
+  for (const [, amount, unit] of text.matchAll(PART)) {
+    total += Number(amount) * (UNIT_MS[unit as string] as number);
+  }
+  const milliseconds = Math.round(total);
+  if (!Number.isSafeInteger(milliseconds) || milliseconds <= 0) return undefined;
+  return milliseconds;
+}

@@ -1,0 +1,316 @@
+import { readFile } from 'node:fs/promises';
+import { dirname, resolve } from 'node:path';
+import type { z } from 'zod';
+import { LABELED_BLOCKS, SINGLE_BLOCKS, splitTopLevel, type BlockInstance, type PlacedMessage } from './blocks.js';
+import { checkReadableFile, exposureWarning, readSecretFile } from './files.js';
+import { deepFreeze, frozenMap } from './frozen.js';
+import { parseHcl, type HclBody } from './hcl.js';
+import { ConfigInvalid, formatProblem } from './problems.js';
+import {
+  clientSpec,
+  DEFAULT_CLIENT_SCOPES,
+  DEFAULT_FEDERATION_SCOPES,
+  federationSpec,
+  stateSpec,
+  tlsSpec,
+  topLevelSpec,
+  userSpec,
+  type BlockSpec,
+} from './schema.js';
+import { SourceIndex } from './source-index.js';
+import { closestName } from './suggest.js';
+import type { ClientRecord, Config, ConfigProblem, FederationRecord, StateConfig, TlsConfig, UserRecord } from './types.js';
+
+export { ConfigInvalid, formatProblem } from './problems.js';
+
+const DEFAULT_LISTEN = { host: '127.0.0.1', port: 8080 } as const;
+const DEFAULT_ACCESS_TOKEN_LIFETIME_MS = 3_600_000;
+
+// OAuth client_id (RFC 6749 §2.2, VSCHAR) without spaces; usernames without whitespace; federation names go into URLs.
+const CLIENT_LABEL = /^[\x21-\x7E]+$/;
+const USER_LABEL = /^[^\s\p{Cc}]+$/u;
+const FEDERATION_LABEL = /^[A-Za-z0-9._-]+$/;
+
+/** Where a message points: a block (by name and source entry), or the top level. */
+interface Place {
+  readonly block?: string;
+  readonly entry?: number;
+}
+
+/** Collects problems and warnings with file, line and block, as DESIGN.md §3 asks of every message. */
+class Findings {
+  readonly problems: ConfigProblem[] = [];
+  readonly warnings: ConfigProblem[] = [];
+
+  constructor(
+    readonly file: string,
+    readonly index: SourceIndex,
+  ) {}
+
+  problem(message: PlacedMessage): void {
+    this.problems.push(this.locate(message));
+  }
+
+  warning(message: PlacedMessage): void {
+    this.warnings.push(this.locate(message));
+  }
+
+  private locate({ block, entry, attribute, message }: PlacedMessage): ConfigProblem {
+    // A block the scanner could not find must not borrow a top-level attribute's line.
+    const lookInside = block === undefined || entry !== undefined;
+    const attributeLine = attribute !== undefined && lookInside ? this.index.child(entry, attribute)?.line : undefined;
+    const line = attributeLine ?? this.index.line(entry);
+    return {
+      file: this.file,
+      ...(line !== undefined && { line }),
+      ...(block !== undefined && { block }),
+      message: attribute === undefined ? message : `${attribute} ${message}`,
+    };
+  }
+}
+
+/**
+ * Reads, parses and validates a config file (DESIGN.md §3) into a frozen Config.
+ * Throws ConfigInvalid listing every problem found; warnings (e.g. a secret file others can read) are returned.
+ */
+export async function loadConfig(file: string): Promise<{ config: Config; warnings: string[] }> {
+  const absolute = resolve(file);
+  let text: string;
+  try {
+    text = await readFile(absolute, 'utf8');
+  } catch (error) {
+    const reason = (error as NodeJS.ErrnoException).code === 'ENOENT' ? 'no such file' : (error as Error).message;
+    throw new ConfigInvalid([{ file, message: `cannot read the configuration file: ${reason}` }]);
+  }
+  const parsed = await parseHcl(file, text.replace(/^\uFEFF/, ''));
+  if ('problems' in parsed) throw new ConfigInvalid(parsed.problems);
+
+  const findings = new Findings(file, new SourceIndex(text));
+  const config = await buildConfig(parsed.body, absolute, findings);
+  const warnings = findings.warnings.map(formatProblem);
+  if (findings.problems.length > 0 || !config) throw new ConfigInvalid(findings.problems, warnings);
+  return { config, warnings };
+}
+
+async function buildConfig(body: HclBody, absolute: string, findings: Findings): Promise<Config | undefined> {
+  const folder = dirname(absolute);
+  const inFolder = (path: string): string => resolve(folder, path);
+  const top = splitTopLevel(body, findings.index, (message) => findings.problem(message));
+
+  const attributes = validate(topLevelSpec, top.attributes, {}, findings, [...SINGLE_BLOCKS, ...LABELED_BLOCKS]);
+  const tls = await buildTls(top.single.tls, findings, inFolder);
+  const state = await buildState(top.single.state, findings, inFolder);
+  const users = top.labeled.user.map((instance) => buildUser(instance, findings));
+  const federations = await Promise.all(top.labeled.federation.map((instance) => buildFederation(instance, findings, inFolder)));
+  const clients = await Promise.all(top.labeled.client.map((instance) => buildClient(instance, findings, inFolder)));
+
+  const canSignIn = top.labeled.user.length > 0 || top.labeled.federation.length > 0;
+  if (!canSignIn) {
+    for (const instance of top.labeled.client) {
+      const redirects = instance.body.redirect_uris;
+      const needsPerson = instance.body.device === true || (Array.isArray(redirects) && redirects.length > 0);
+      if (needsPerson) {
+        findings.problem({
+          block: instance.name,
+          entry: instance.entry,
+          message: 'needs a person to sign in, but there is no user or federation block; add a user "name" { ... } or a federation "name" { ... } block',
+        });
+      }
+    }
+  }
+
+  const base = attributes.base_url;
+  if (findings.problems.length > 0 || !base || !tls || !state) return undefined;
+  return deepFreeze({
+    file: absolute,
+    baseUrl: base.baseUrl,
+    basePath: base.basePath,
+    listen: attributes.listen ?? DEFAULT_LISTEN,
+    accessTokenLifetimeMs: attributes.access_token_lifetime ?? DEFAULT_ACCESS_TOKEN_LIFETIME_MS,
+    logLevel: attributes.log_level ?? 'info',
+    tls,
+    state,
+    users: recordMap(users, (user) => user.username),
+    federations: recordMap(federations, (federation) => federation.name),
+    clients: recordMap(clients, (client) => client.clientId),
+  });
+}
+
+function recordMap<T extends object>(records: readonly (T | undefined)[], key: (record: T) => string): ReadonlyMap<string, T> {
+  return frozenMap(records.filter((record): record is T => record !== undefined).map((record) => [key(record), deepFreeze(record)] as const));
+}
+
+/**
+ * Runs a block's schema and rules, reporting every issue, and returns the attributes that passed:
+ * a partial result lets later checks (secret files, ...) still run when a neighbour is wrong.
+ */
+function validate<Schema extends z.ZodObject>(
+  spec: BlockSpec<Schema>,
+  body: HclBody,
+  place: Place,
+  findings: Findings,
+  knownBlocks: readonly string[] = [],
+): Partial<z.output<Schema>> {
+  const result = spec.schema.safeParse(body);
+  if (!result.success) {
+    for (const issue of result.error.issues) {
+      if (issue.code === 'unrecognized_keys') {
+        for (const key of issue.keys) findings.problem(unknownKey(key, place, Object.keys(spec.schema.shape), knownBlocks, findings.index));
+      } else {
+        findings.problem({ ...place, ...describeIssue(issue) });
+      }
+    }
+  }
+  for (const rule of spec.rules(body)) findings.problem({ ...place, ...rule });
+  if (result.success) return result.data as Partial<z.output<Schema>>;
+
+  const partial: Record<string, unknown> = {};
+  for (const [key, schema] of Object.entries(spec.schema.shape as Record<string, z.ZodType>)) {
+    const field = schema.safeParse(body[key]);
+    if (field.success && field.data !== undefined) partial[key] = field.data;
+  }
+  return partial as Partial<z.output<Schema>>;
+}
+
+function describeIssue(issue: z.core.$ZodIssue): { attribute?: string; message: string } {
+  const [attribute, item] = issue.path;
+  if (typeof attribute !== 'string') return { message: issue.message };
+  // Messages that quote the offending value already say which entry; others get its position.
+  const position = typeof item === 'number' && !issue.message.startsWith('"') ? `entry ${item + 1} ` : '';
+  return { attribute, message: `${position}${issue.message}` };
+}
+
+function unknownKey(key: string, place: Place, attributes: readonly string[], blocks: readonly string[], index: SourceIndex): PlacedMessage {
+  const written = place.block === undefined || place.entry !== undefined ? index.child(place.entry, key) : undefined;
+  const kind = written?.kind === 'block' ? 'block' : 'attribute';
+  const suggestion = closestName(key, [...attributes, ...blocks]);
+  const where = place.block === undefined ? '' : ` in ${place.block.split(' ')[0]}`;
+  const hint = suggestion
+    ? `; did you mean ${JSON.stringify(suggestion)}?`
+    : `; known${where}: ${[...attributes, ...blocks].join(', ')}`;
+  return { block: place.block, entry: written ? index.entries.indexOf(written) : place.entry, message: `unknown ${kind} ${JSON.stringify(key)}${hint}` };
+}
+
+async function buildTls(instance: BlockInstance | undefined, findings: Findings, inFolder: (path: string) => string): Promise<TlsConfig | undefined> {
+  if (!instance) return { mode: 'off' };
+  const place = { block: instance.name, entry: instance.entry };
+  const problemsBefore = findings.problems.length;
+  const value = validate(tlsSpec, instance.body, place, findings);
+  const certFile = value.cert_file === undefined ? undefined : inFolder(value.cert_file);
+  const keyFile = value.key_file === undefined ? undefined : inFolder(value.key_file);
+  for (const [attribute, path] of [['cert_file', certFile], ['key_file', keyFile]] as const) {
+    if (path === undefined) continue;
+    const unreadable = await checkReadableFile(path);
+    if (unreadable) findings.problem({ ...place, attribute, message: unreadable });
+  }
+  if (keyFile) {
+    const exposed = await exposureWarning(keyFile);
+    if (exposed) findings.warning({ ...place, attribute: 'key_file', message: exposed });
+  }
+  if (findings.problems.length > problemsBefore) return undefined;
+  const mode = value.mode ?? 'off';
+  return mode === 'terminate' ? { mode, certFile, keyFile } : { mode };
+}
+
+async function buildState(
+  instance: BlockInstance | undefined,
+  findings: Findings,
+  inFolder: (path: string) => string,
+): Promise<StateConfig | undefined> {
+  if (!instance) {
+    findings.warning({ message: 'no state block: keys, grants and sessions are kept in memory and lost on restart; add state { path = "data/pinpoint.db" } to keep them' });
+    return { kind: 'memory' };
+  }
+  const place = { block: instance.name, entry: instance.entry };
+  const problemsBefore = findings.problems.length;
+  const value = validate(stateSpec, instance.body, place, findings);
+  let password: string | undefined;
+  if (value.password_file !== undefined) {
+    password = await secretFrom(value.password_file, 'password_file', place, findings, inFolder);
+  }
+  if (value.url !== undefined && new URL(value.url).password) {
+    findings.warning({ ...place, attribute: 'url', message: 'holds a password; move it to a password_file readable only by Pinpoint' });
+  }
+  if (findings.problems.length > problemsBefore) return undefined;
+  if (value.path !== undefined) return { kind: 'sqlite', path: inFolder(value.path) };
+  if (value.url === undefined) return undefined;
+  const postgres = { kind: 'postgres' as const, url: value.url, schema: value.schema ?? 'public' };
+  return password === undefined ? postgres : { ...postgres, password };
+}
+
+function buildUser(instance: BlockInstance, findings: Findings): UserRecord | undefined {
+  const place = { block: instance.name, entry: instance.entry };
+  const username = instance.label ?? '';
+  if (!USER_LABEL.test(username)) findings.problem({ ...place, message: 'the user name must be non-empty, without spaces or control characters' });
+  const value = validate(userSpec, instance.body, place, findings);
+  if (value.password_hash === undefined) return undefined;
+  return {
+    username,
+    passwordHash: value.password_hash,
+    ...(value.email !== undefined && { email: value.email }),
+    ...(value.name !== undefined && { name: value.name }),
+  };
+}
+
+async function buildFederation(
+  instance: BlockInstance,
+  findings: Findings,
+  inFolder: (path: string) => string,
+): Promise<FederationRecord | undefined> {
+  const place = { block: instance.name, entry: instance.entry };
+  const name = instance.label ?? '';
+  if (!FEDERATION_LABEL.test(name)) {
+    findings.problem({ ...place, message: 'the federation name may hold only letters, digits, ".", "_" and "-" (it appears in URLs)' });
+  }
+  const value = validate(federationSpec, instance.body, place, findings);
+  const clientSecret = value.secret_file === undefined ? undefined : await secretFrom(value.secret_file, 'secret_file', place, findings, inFolder);
+  if (value.issuer === undefined || value.client_id === undefined || clientSecret === undefined) return undefined;
+  return {
+    name,
+    issuer: value.issuer,
+    clientId: value.client_id,
+    clientSecret,
+    scopes: value.scopes ?? [...DEFAULT_FEDERATION_SCOPES],
+    ...(value.subject_claim !== undefined && { subjectClaim: value.subject_claim }),
+  };
+}
+
+async function buildClient(instance: BlockInstance, findings: Findings, inFolder: (path: string) => string): Promise<ClientRecord | undefined> {
+  const place = { block: instance.name, entry: instance.entry };
+  const clientId = instance.label ?? '';
+  if (!CLIENT_LABEL.test(clientId)) {
+    findings.problem({ ...place, message: 'the client_id (the label) must be non-empty printable ASCII without spaces' });
+  }
+  const value = validate(clientSpec, instance.body, place, findings);
+  const device = value.device === true;
+  const secret =
+    value.secret_file === undefined || device ? undefined : await secretFrom(value.secret_file, 'secret_file', place, findings, inFolder);
+  if (value.audience === undefined) return undefined;
+  return {
+    clientId,
+    kind: device ? 'device' : value.secret_file !== undefined ? 'confidential' : 'public',
+    ...(secret !== undefined && { secret }),
+    redirectUris: value.redirect_uris ?? [],
+    audience: value.audience,
+    ...(value.refresh_lifetime !== undefined && { refreshLifetimeMs: value.refresh_lifetime }),
+    scopes: value.scopes ?? [...DEFAULT_CLIENT_SCOPES],
+  };
+}
+
+/** Reads a secret file named by an attribute, reporting a problem or a warning at that attribute. */
+async function secretFrom(
+  written: string,
+  attribute: string,
+  place: Place,
+  findings: Findings,
+  inFolder: (path: string) => string,
+): Promise<string | undefined> {
+  const result = await readSecretFile(inFolder(written));
+  const label = `${JSON.stringify(written)} `;
+  if (result.warning) findings.warning({ ...place, attribute, message: label + result.warning });
+  if ('error' in result) {
+    findings.problem({ ...place, attribute, message: label + result.error });
+    return undefined;
+  }
+  return result.secret;
+}

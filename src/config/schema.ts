@@ -1,0 +1,229 @@
+import { z } from 'zod';
+import { isPasswordHash } from '../login/password.js';
+import { parseDuration } from './duration.js';
+import { parseBaseUrl, parseIssuerUrl } from './urls.js';
+
+/** One attribute-level complaint from a rule that looks at several attributes of a block. */
+export interface RuleIssue {
+  /** The attribute to point at; absent for the block as a whole. */
+  readonly attribute?: string;
+  readonly message: string;
+}
+
+/** Rules that relate a block's attributes; run on the raw attributes even when some are invalid, so every problem shows at once. */
+export type BlockRules = (raw: Readonly<Record<string, unknown>>) => RuleIssue[];
+
+/** A block's attribute schema plus the rules that relate its attributes to each other. */
+export interface BlockSpec<Schema extends z.ZodObject> {
+  readonly schema: Schema;
+  readonly rules: BlockRules;
+}
+
+const spec = <Schema extends z.ZodObject>(schema: Schema, rules: BlockRules = () => []): BlockSpec<Schema> => ({ schema, rules });
+
+const quote = (value: unknown): string => JSON.stringify(value);
+
+// hcl2json turns references and arithmetic into "${...}" strings; the config takes literals only.
+const EXPRESSION = /[$%]\{/;
+
+/** A literal string; `what` completes "must be ..." when the value has another type. */
+function text(what = 'a string in quotes', whenMissing = 'is required') {
+  return z
+    .string({ error: (issue) => (issue.input === undefined ? whenMissing : `must be ${what}`) })
+    .refine((value) => !EXPRESSION.test(value), { error: 'is an expression; only literal values in quotes are allowed' });
+}
+
+function nonEmptyText(what?: string, whenMissing?: string) {
+  return text(what, whenMissing).refine((value) => value.length > 0, { error: 'must not be empty' });
+}
+
+/** A list without repeated entries: a repeat is almost always a copy-and-paste slip. */
+function uniqueList<T extends z.ZodType<string>>(item: T, what: string, whenMissing?: string) {
+  return z
+    .array(item, { error: (issue) => (issue.input === undefined ? (whenMissing ?? 'is required') : `must be a list of ${what}, e.g. ["a", "b"]`) })
+    .superRefine((values, context) => {
+      values.forEach((value, index) => {
+        if (values.indexOf(value) !== index) context.addIssue({ code: 'custom', message: `lists ${quote(value)} more than once` });
+      });
+    });
+}
+
+function duration(example: string) {
+  return text(`a duration in quotes, e.g. "${example}"`).transform((value, context) => {
+    const milliseconds = parseDuration(value);
+    if (milliseconds !== undefined) return milliseconds;
+    context.issues.push({ code: 'custom', input: value, message: `${quote(value)} is not a duration; use e.g. ${example} or 30d` });
+    return z.NEVER;
+  });
+}
+
+// RFC 6749 §3.3: scope-token = 1*( %x21 / %x23-5B / %x5D-7E )
+const SCOPE_TOKEN = /^[\x21\x23-\x5B\x5D-\x7E]+$/;
+const scopeList = uniqueList(
+  text('a string').refine((value) => SCOPE_TOKEN.test(value), {
+    error: (issue) => `${quote(issue.input)} is not a scope token (printable ASCII without spaces, quotes or backslashes)`,
+  }),
+  'scope names',
+);
+
+// RFC 3986 §3.1 scheme, and RFC 6749 §3.1.2: a redirection endpoint is absolute and has no fragment.
+const HAS_SCHEME = /^[A-Za-z][A-Za-z0-9+.-]*:/;
+const redirectUri = text().superRefine((value, context) => {
+  if (!HAS_SCHEME.test(value) || !URL.canParse(value)) {
+    context.addIssue({ code: 'custom', message: `${quote(value)} is not an absolute URI; write e.g. "https://app.example.org/callback"` });
+  } else if (value.includes('#')) {
+    context.addIssue({ code: 'custom', message: `${quote(value)} must not contain a fragment ("#...")` });
+  }
+});
+
+const baseUrl = text('a URL in quotes', 'is required; write the public URL of this server, e.g. base_url = "https://auth.example.org"').transform(
+  (value, context) => {
+    const parsed = parseBaseUrl(value);
+    if (!('error' in parsed)) return parsed;
+    context.issues.push({ code: 'custom', input: value, message: `${quote(value)} ${parsed.error}` });
+    return z.NEVER;
+  },
+);
+
+const LISTEN = /^(?:\[([0-9A-Fa-f:.]+)\]|([^\s:[\]]+)):(\d{1,5})$/;
+const listen = text('"host:port" in quotes').transform((value, context) => {
+  const match = LISTEN.exec(value);
+  const port = Number(match?.[3]);
+  if (match && port <= 65535) return { host: (match[1] ?? match[2]) as string, port };
+  context.issues.push({ code: 'custom', input: value, message: `${quote(value)} is not host:port; write e.g. "127.0.0.1:8080" or "[::1]:8080"` });
+  return z.NEVER;
+});
+
+const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
+const TLS_MODES = ['off', 'proxy', 'terminate'] as const;
+
+function oneOf<const T extends readonly [string, ...string[]]>(values: T) {
+  return z.enum(values, { error: (issue) => `is ${quote(issue.input)}; use one of ${values.map((v) => quote(v)).join(', ')}` });
+}
+
+const boolean = z.boolean({ error: 'must be true or false (without quotes)' });
+
+/** Top-level attributes (the blocks are split off before this runs). */
+export const topLevelSpec = spec(
+  z.strictObject({
+    base_url: baseUrl,
+    listen: listen.optional(),
+    access_token_lifetime: duration('1h').optional(),
+    log_level: oneOf(LOG_LEVELS).optional(),
+  }),
+);
+
+export const tlsSpec = spec(
+  z.strictObject({
+    mode: oneOf(TLS_MODES).optional(),
+    cert_file: nonEmptyText().optional(),
+    key_file: nonEmptyText().optional(),
+  }),
+  (raw) => {
+    const issues: RuleIssue[] = [];
+    const terminate = raw.mode === 'terminate';
+    for (const attribute of ['cert_file', 'key_file'] as const) {
+      if (terminate && raw[attribute] === undefined) issues.push({ attribute, message: 'is required when mode = "terminate"' });
+      if (!terminate && raw[attribute] !== undefined) {
+        issues.push({ attribute, message: `is only used when mode = "terminate" (mode is ${quote(raw.mode ?? 'off')}); set the mode or remove it` });
+      }
+    }
+    return issues;
+  },
+);
+
+const POSTGRES_URL = /^postgres(?:ql)?:\/\//;
+// Lower case only: PostgreSQL folds unquoted names, so "Auth" and "auth" would be a trap.
+const SCHEMA_NAME = /^[a-z_][a-z0-9_]{0,62}$/;
+
+export const stateSpec = spec(
+  z.strictObject({
+    path: nonEmptyText().optional(),
+    url: nonEmptyText()
+      .refine((value) => POSTGRES_URL.test(value) && URL.canParse(value), {
+        error: 'must be a PostgreSQL URL, e.g. "postgres://pinpoint@db.internal:5432/pinpoint"',
+      })
+      .optional(),
+    schema: text()
+      .refine((value) => SCHEMA_NAME.test(value), {
+        error: (issue) => `${quote(issue.input)} is not a schema name; use lower-case letters, digits and _ (at most 63)`,
+      })
+      .optional(),
+    password_file: nonEmptyText().optional(),
+  }),
+  (raw) => {
+    const issues: RuleIssue[] = [];
+    if (raw.path !== undefined && raw.url !== undefined) {
+      issues.push({ attribute: 'url', message: 'cannot be combined with path; keep path (SQLite) or url (PostgreSQL)' });
+    }
+    if (raw.path === undefined && raw.url === undefined) {
+      issues.push({ message: 'needs path = "data/pinpoint.db" (SQLite) or url = "postgres://..." (PostgreSQL); without a state block, state is kept in memory' });
+    }
+    if (raw.path !== undefined && raw.url === undefined) {
+      for (const attribute of ['schema', 'password_file'] as const) {
+        if (raw[attribute] !== undefined) issues.push({ attribute, message: 'is only used with url (PostgreSQL)' });
+      }
+    }
+    return issues;
+  },
+);
+
+export const userSpec = spec(
+  z.strictObject({
+    password_hash: text('a string in quotes', 'is required; generate it with `pinpoint hash-password`').refine(isPasswordHash, {
+      error: 'is not a hash made by `pinpoint hash-password`; generate one with it',
+    }),
+    email: text()
+      .refine((value) => /^[^\s@]+@[^\s@]+$/.test(value), { error: (issue) => `${quote(issue.input)} is not an e-mail address` })
+      .optional(),
+    name: nonEmptyText().optional(),
+  }),
+);
+
+export const federationSpec = spec(
+  z.strictObject({
+    issuer: text('a URL in quotes', 'is required; write the upstream issuer, e.g. issuer = "https://idp.example.org"').transform((value, context) => {
+      const parsed = parseIssuerUrl(value);
+      if (!('error' in parsed)) return parsed.issuer;
+      context.issues.push({ code: 'custom', input: value, message: `${quote(value)} ${parsed.error}` });
+      return z.NEVER;
+    }),
+    client_id: nonEmptyText(undefined, 'is required; write the client_id registered at the upstream issuer'),
+    secret_file: nonEmptyText(undefined, 'is required; name a file holding the client secret registered at the upstream issuer'),
+    scopes: scopeList
+      .refine((values) => values.includes('openid'), { error: 'must contain "openid" (this is OpenID Connect sign-in)' })
+      .optional(),
+    subject_claim: nonEmptyText().optional(),
+  }),
+);
+
+export const clientSpec = spec(
+  z.strictObject({
+    secret_file: nonEmptyText().optional(),
+    redirect_uris: uniqueList(redirectUri, 'URIs').optional(),
+    audience: uniqueList(
+      nonEmptyText(),
+      'resource server identifiers',
+      'is required; list the resource servers this client gets tokens for, e.g. audience = ["https://api.example.org/"]',
+    ).refine((values) => values.length > 0, { error: 'must list at least one entry, e.g. ["https://api.example.org/"]' }),
+    refresh_lifetime: duration('720h').optional(),
+    scopes: scopeList.optional(),
+    device: boolean.optional(),
+  }),
+  (raw) => {
+    const issues: RuleIssue[] = [];
+    const hasRedirects = Array.isArray(raw.redirect_uris) && raw.redirect_uris.length > 0;
+    if (raw.device === true) {
+      // DESIGN.md §3: a device client is always public and never redirects.
+      if (raw.secret_file !== undefined) issues.push({ attribute: 'secret_file', message: 'is not allowed with device = true (a device client is public)' });
+      if (raw.redirect_uris !== undefined) issues.push({ attribute: 'redirect_uris', message: 'is not allowed with device = true (the device flow has no redirect)' });
+    } else if (raw.secret_file === undefined && !hasRedirects) {
+      const message = 'a public client needs redirect_uris; or set device = true, or give it a secret_file for client_credentials';
+      issues.push(raw.redirect_uris === undefined ? { message } : { attribute: 'redirect_uris', message });
+    }
+    return issues;
+  },
+);
+
+export const DEFAULT_CLIENT_SCOPES = ['openid', 'profile', 'email'] as const;
+export const DEFAULT_FEDERATION_SCOPES = ['openid', 'email', 'profile'] as const;

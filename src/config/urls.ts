@@ -1,0 +1,37 @@
+/** True for hosts that never leave the machine: 127.0.0.0/8, ::1 and localhost (URL.hostname form). */
+export function isLoopbackHost(hostname: string): boolean {
+  const host = hostname.toLowerCase().replace(/^\[(.*)\]$/, '$1');
+  return host === 'localhost' || host === '::1' || /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(host);
+}
+
+/** The issuer and the path every route is served under, or why base_url is not acceptable. */
+export function parseBaseUrl(text: string): { baseUrl: string; basePath: string } | { error: string } {
+  const url = parseHttpUrl(text);
+  if ('error' in url) return url;
+  if (text.endsWith('/')) return { error: `must not end with "/"; write ${JSON.stringify(text.replace(/\/+$/, ''))}` };
+  const basePath = url.pathname === '/' ? '' : url.pathname;
+  return { baseUrl: `${url.origin}${basePath}`, basePath };
+}
+
+/** An upstream issuer: like base_url, but a trailing slash is its own business. */
+export function parseIssuerUrl(text: string): { issuer: string } | { error: string } {
+  const url = parseHttpUrl(text);
+  return 'error' in url ? url : { issuer: text };
+}
+
+function parseHttpUrl(text: string): URL | { error: string } {
+  let url: URL;
+  try {
+    url = new URL(text);
+  } catch {
+    return { error: `is not an absolute URL; write e.g. "https://auth.example.org"` };
+  }
+  if (url.protocol !== 'https:' && url.protocol !== 'http:') return { error: `must be an https URL, not ${url.protocol}` };
+  if (url.protocol === 'http:' && !isLoopbackHost(url.hostname)) {
+    return { error: 'must use https (plain http is only allowed for loopback hosts such as 127.0.0.1 or localhost)' };
+  }
+  if (url.username || url.password) return { error: 'must not contain a user name or password' };
+  if (text.includes('?')) return { error: 'must not have a query ("?...")' };
+  if (text.includes('#')) return { error: 'must not have a fragment ("#...")' };
+  return url;
+}

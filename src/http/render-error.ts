@@ -1,0 +1,47 @@
+/** The one place errors become responses: JSON for the OAuth endpoints, an HTML page for pages. */
+import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
+import { OAuthError, StoreUnavailableError, storeUnavailable } from '../errors.js';
+import { errorPage } from '../login/pages.js';
+
+/** Turns anything thrown into an OAuthError; unknown failures become server_error (logged, not shown). */
+export function toOAuthError(error: unknown, request: FastifyRequest): OAuthError {
+  if (error instanceof OAuthError) return error;
+  if (error instanceof StoreUnavailableError) {
+    request.log.error({ err: { message: String((error.cause as Error | undefined)?.message ?? error.message) } }, 'state store unavailable');
+    return storeUnavailable();
+  }
+  const fastifyError = error as Partial<FastifyError>;
+  switch (fastifyError.code) {
+    case 'FST_ERR_CTP_BODY_TOO_LARGE':
+      return new OAuthError('invalid_request', 'the request body is larger than 64 KiB', 413);
+    case 'FST_ERR_CTP_INVALID_MEDIA_TYPE':
+      return new OAuthError('invalid_request', 'the body must be application/x-www-form-urlencoded', 415);
+    case 'FST_ERR_CTP_INVALID_CONTENT_LENGTH':
+    case 'FST_ERR_CTP_EMPTY_JSON_BODY':
+      return new OAuthError('invalid_request', 'the request body is malformed', 400);
+    default:
+      break;
+  }
+  const status = fastifyError.statusCode;
+  if (status !== undefined && status >= 400 && status < 500) {
+    return new OAuthError('invalid_request', 'the request is malformed', status);
+  }
+  request.log.error({ err: { message: fastifyError.message, stack: fastifyError.stack } }, 'unexpected error');
+  return new OAuthError('server_error', 'the server could not complete the request', 500);
+}
+
+export function sendJsonError(reply: FastifyReply, error: OAuthError): FastifyReply {
+  reply.request.outcome = error.code;
+  for (const [name, value] of Object.entries(error.headers)) reply.header(name, value);
+  return reply
+    .code(error.status)
+    .header('Cache-Control', 'no-store')
+    .header('Pragma', 'no-cache')
+    .send({ error: error.code, error_description: error.description });
+}
+
+export function sendErrorPage(reply: FastifyReply, error: OAuthError): FastifyReply {
+  reply.request.outcome = error.code;
+  for (const [name, value] of Object.entries(error.headers)) reply.header(name, value);
+  return errorPage(reply, error.status, error.code, error.description);
+}

@@ -1,0 +1,66 @@
+import { randomBytes, scrypt, timingSafeEqual, type ScryptOptions } from 'node:crypto';
+
+/** Cost parameters written into every new hash; old hashes keep theirs, so these can be raised. */
+const DEFAULT_COST = { N: 32768, r: 8, p: 1 } as const;
+const SALT_BYTES = 16;
+const KEY_BYTES = 32;
+
+/** Bounds for parameters read from a stored hash, so a hostile hash cannot exhaust memory or CPU. */
+const MAX_N = 2 ** 20;
+const MAX_R = 32;
+const MAX_P = 16;
+
+const HASH_PATTERN = /^scrypt\$N=(\d{1,8}),r=(\d{1,3}),p=(\d{1,3})\$([A-Za-z0-9_-]{16,88})\$([A-Za-z0-9_-]{22,88})$/;
+
+interface ParsedHash {
+  readonly cost: { readonly N: number; readonly r: number; readonly p: number };
+  readonly salt: Buffer;
+  readonly key: Buffer;
+}
+
+/** Hashes a password with scrypt and a random salt: `scrypt$N=..,r=..,p=..$<salt>$<key>` (base64url). */
+export async function hashPassword(password: string): Promise<string> {
+  const salt = randomBytes(SALT_BYTES);
+  const key = await deriveKey(password, salt, KEY_BYTES, DEFAULT_COST);
+  const { N, r, p } = DEFAULT_COST;
+  return `scrypt$N=${N},r=${r},p=${p}$${salt.toString('base64url')}$${key.toString('base64url')}`;
+}
+
+/** True when the password matches the hash; a malformed hash gives false, never an exception. */
+export async function verifyPassword(password: string, hash: string): Promise<boolean> {
+  const parsed = parseHash(hash);
+  if (!parsed) return false;
+  const key = await deriveKey(password, parsed.salt, parsed.key.length, parsed.cost);
+  return timingSafeEqual(key, parsed.key);
+}
+
+/** True when the text has the shape of a `hashPassword` result with parameters this code accepts. */
+export function isPasswordHash(text: string): boolean {
+  return parseHash(text) !== undefined;
+}
+
+function parseHash(text: string): ParsedHash | undefined {
+  const match = HASH_PATTERN.exec(text);
+  if (!match) return undefined;
+  const [, n, r, p, salt, key] = match as unknown as [string, string, string, string, string, string];
+  const cost = { N: Number(n), r: Number(r), p: Number(p) };
+  const powerOfTwo = cost.N > 1 && (cost.N & (cost.N - 1)) === 0;
+  if (!powerOfTwo || cost.N > MAX_N || cost.r < 1 || cost.r > MAX_R || cost.p < 1 || cost.p > MAX_P) return undefined;
+  const saltBytes = Buffer.from(salt, 'base64url');
+  const keyBytes = Buffer.from(key, 'base64url');
+  if (saltBytes.length < 8 || keyBytes.length < 16 || keyBytes.length > 64) return undefined;
+  return { cost, salt: saltBytes, key: keyBytes };
+}
+
+function deriveKey(
+  password: string,
+  salt: Buffer,
+  length: number,
+  cost: { readonly N: number; readonly r: number; readonly p: number },
+): Promise<Buffer> {
+  // scrypt needs about 128 * N * r * p bytes; Node's default cap (32 MiB) is too low for N=32768, r=8.
+  const options: ScryptOptions = { N: cost.N, r: cost.r, p: cost.p, maxmem: 256 * cost.N * cost.r * cost.p + 1024 * 1024 };
+  return new Promise((resolve, reject) => {
+    scrypt(password.normalize('NFC'), salt, length, options, (error, key) => (error ? reject(error) : resolve(key)));
+  });
+}

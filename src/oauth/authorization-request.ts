@@ -1,0 +1,118 @@
+/** Validation of an authorization request (RFC 6749 §4.1.1, RFC 7636, RFC 8707, DESIGN.md §4). No I/O. */
+import type { ClientRecord } from '../config/types.js';
+import { OAuthError } from '../errors.js';
+import { all, checkLimits, repeatedParameter, single, type Params } from '../http/params.js';
+import { decideAuthorizeResources } from '../policy/resource.js';
+import { decideRequestedScope, parseScope } from '../policy/scope.js';
+
+export interface AuthorizationRequest {
+  readonly clientId: string;
+  readonly redirectUri: string;
+  readonly state?: string;
+  readonly nonce?: string;
+  readonly codeChallenge: string;
+  readonly scope: readonly string[];
+  /** Repeats counted once, first-appearance order (DESIGN.md §5). */
+  readonly resources: readonly string[];
+  readonly prompt?: 'none' | 'login';
+  /** Seconds (OIDC max_age). */
+  readonly maxAge?: number;
+}
+
+export type AuthorizationValidation =
+  | { readonly ok: true; readonly request: AuthorizationRequest }
+  /** Client or redirect URI not trusted: an error page, never a redirect. */
+  | { readonly ok: false; readonly page: OAuthError }
+  /** Everything else: back to the client with error, error_description, iss and state. */
+  | { readonly ok: false; readonly redirect: { readonly error: OAuthError; readonly redirectUri: string; readonly state?: string } };
+
+const CODE_CHALLENGE = /^[A-Za-z0-9_-]{43}$/;
+
+export function validateAuthorizationRequest(
+  params: Params,
+  clients: ReadonlyMap<string, ClientRecord>,
+  issuer: string,
+): AuthorizationValidation {
+  const repeated = repeatedParameter(params, ['resource']);
+  if (repeated !== undefined) return { ok: false, page: new OAuthError('invalid_request', `${repeated} appears more than once`) };
+
+  const clientId = single(params, 'client_id');
+  if (clientId === undefined) return { ok: false, page: new OAuthError('invalid_request', 'client_id is required') };
+  const client = clients.get(clientId);
+  if (client === undefined) return { ok: false, page: new OAuthError('invalid_client', `unknown client "${clientId}"`) };
+  const redirectUri = single(params, 'redirect_uri');
+  if (redirectUri === undefined) return { ok: false, page: new OAuthError('invalid_request', 'redirect_uri is required') };
+  if (!client.redirectUris.includes(redirectUri)) {
+    return { ok: false, page: new OAuthError('invalid_request', 'redirect_uri is not registered for this client') };
+  }
+
+  const rawState = single(params, 'state');
+  const state = rawState !== undefined && rawState.length <= 2048 ? rawState : undefined;
+  const back = (error: OAuthError): AuthorizationValidation => ({ ok: false, redirect: { error, redirectUri, state } });
+
+  const limitError = checkLimits(params);
+  if (limitError !== undefined) return back(limitError);
+  if (params.has('request') || params.has('request_uri')) {
+    return back(new OAuthError('request_not_supported', 'request objects are not supported'));
+  }
+  const responseType = single(params, 'response_type');
+  if (responseType === undefined) return back(new OAuthError('invalid_request', 'response_type is required'));
+  if (responseType !== 'code') return back(new OAuthError('unsupported_response_type', 'only response_type=code is supported'));
+  const responseMode = single(params, 'response_mode');
+  if (responseMode !== undefined && responseMode !== 'query') {
+    return back(new OAuthError('invalid_request', 'only response_mode=query is supported'));
+  }
+
+  // RFC 9700 §2.1.1: PKCE with S256 is required of every client.
+  const codeChallenge = single(params, 'code_challenge');
+  if (codeChallenge === undefined) return back(new OAuthError('invalid_request', 'code_challenge is required (PKCE with S256)'));
+  if (single(params, 'code_challenge_method') !== 'S256') {
+    return back(new OAuthError('invalid_request', 'code_challenge_method must be S256'));
+  }
+  if (!CODE_CHALLENGE.test(codeChallenge)) {
+    return back(new OAuthError('invalid_request', 'code_challenge must be a base64url SHA-256 value'));
+  }
+
+  const scope = parseScope(params.get('scope')?.[0]);
+  if (scope === undefined) return back(new OAuthError('invalid_scope', 'scope is malformed'));
+  const scopeDecision = decideRequestedScope(scope, client.scopes);
+  if (!scopeDecision.ok) return back(scopeDecision.error);
+
+  const prompt = single(params, 'prompt');
+  if (prompt !== undefined && prompt !== 'none' && prompt !== 'login' && prompt !== 'consent') {
+    return back(new OAuthError('invalid_request', 'prompt must be none or login'));
+  }
+  const maxAgeText = single(params, 'max_age');
+  if (maxAgeText !== undefined && !/^\d{1,9}$/.test(maxAgeText)) {
+    return back(new OAuthError('invalid_request', 'max_age must be a number of seconds'));
+  }
+
+  const resourceDecision = decideAuthorizeResources({ client, issuer, scope: scopeDecision.value, resources: all(params, 'resource') });
+  if (!resourceDecision.ok) return back(resourceDecision.error);
+
+  return {
+    ok: true,
+    request: {
+      clientId,
+      redirectUri,
+      state,
+      nonce: single(params, 'nonce'),
+      codeChallenge,
+      scope: scopeDecision.value,
+      resources: resourceDecision.value,
+      prompt: prompt === 'none' || prompt === 'login' ? prompt : undefined,
+      maxAge: maxAgeText === undefined ? undefined : Number(maxAgeText),
+    },
+  };
+}
+
+/** The client's redirect URI with response parameters added to its query (RFC 6749 §4.1.2, RFC 9207). */
+export function redirectWith(redirectUri: string, values: Record<string, string | undefined>): string {
+  const url = new URL(redirectUri);
+  for (const [name, value] of Object.entries(values)) if (value !== undefined) url.searchParams.append(name, value);
+  return url.toString();
+}
+
+export function errorRedirect(issuer: string, redirectUri: string, error: OAuthError, state: string | undefined): string {
+  return redirectWith(redirectUri, { error: error.code, error_description: error.description, state, iss: issuer });
+}

@@ -1,0 +1,35 @@
+/** The end of a successful /authorize: a grant with its single-use code, and the redirect that carries it. */
+import { randomUUID } from 'node:crypto';
+import type { AppContext } from '../context.js';
+import type { Grant, SessionRecord } from '../store/types.js';
+import { newSecret } from '../tokens/mint.js';
+import { redirectWith, type AuthorizationRequest } from './authorization-request.js';
+
+/** DESIGN.md §6: codes are single-use and live 60 s. */
+export const CODE_LIFETIME_MS = 60_000;
+
+export async function completeAuthorization(ctx: AppContext, request: AuthorizationRequest, session: SessionRecord): Promise<string> {
+  const now = ctx.now();
+  const grant: Grant = {
+    id: randomUUID(),
+    clientId: request.clientId,
+    subject: session.subject,
+    scope: request.scope,
+    resources: request.resources,
+    claims: session.claims,
+    authTime: session.authTime,
+    createdAt: now,
+    expiresAt: now + CODE_LIFETIME_MS,
+  };
+  const code = newSecret();
+  await ctx.store.createGrantWithCode(grant, {
+    digest: code.digest,
+    grantId: grant.id,
+    clientId: request.clientId,
+    redirectUri: request.redirectUri,
+    codeChallenge: request.codeChallenge,
+    nonce: request.nonce,
+    expiresAt: now + CODE_LIFETIME_MS,
+  });
+  return redirectWith(request.redirectUri, { code: code.value, state: request.state, iss: ctx.issuer });
+}

@@ -1,0 +1,59 @@
+/** Authorization server metadata (RFC 8414, OIDC Discovery) and the JWK Set. */
+import type { FastifyInstance, FastifyPluginAsync } from 'fastify';
+import type { AppContext } from '../context.js';
+
+export const SUPPORTED_GRANT_TYPES = ['authorization_code', 'refresh_token', 'client_credentials'] as const;
+
+/** Lists exactly what is implemented; grows as endpoints land. */
+export function serverMetadata(ctx: AppContext): Record<string, unknown> {
+  const issuer = ctx.issuer;
+  const scopes = new Set<string>(['openid']);
+  for (const client of ctx.config.clients.values()) for (const scope of client.scopes) scopes.add(scope);
+  const grantTypes: string[] = [...SUPPORTED_GRANT_TYPES];
+  const metadata: Record<string, unknown> = {
+    issuer,
+    authorization_endpoint: `${issuer}/authorize`,
+    token_endpoint: `${issuer}/token`,
+    userinfo_endpoint: `${issuer}/userinfo`,
+    jwks_uri: `${issuer}/jwks`,
+    scopes_supported: [...scopes],
+    response_types_supported: ['code'],
+    response_modes_supported: ['query'],
+    grant_types_supported: grantTypes,
+    subject_types_supported: ['public'],
+    id_token_signing_alg_values_supported: ['RS256'],
+    token_endpoint_auth_methods_supported: ['client_secret_basic', 'none'],
+    code_challenge_methods_supported: ['S256'],
+    claims_supported: ['iss', 'sub', 'aud', 'exp', 'iat', 'auth_time', 'nonce', 'at_hash', 'email', 'name'],
+    prompt_values_supported: ['none', 'login'],
+    authorization_response_iss_parameter_supported: true,
+    request_parameter_supported: false,
+    request_uri_parameter_supported: false,
+  };
+  return metadata;
+}
+
+function sendMetadata(app: FastifyInstance, path: string, ctx: AppContext): void {
+  app.get(path, { config: { cors: 'any' } }, async (_request, reply) =>
+    reply.header('Cache-Control', 'public, max-age=300').send(serverMetadata(ctx)),
+  );
+}
+
+export function metadataRoutes(ctx: AppContext): FastifyPluginAsync {
+  return async (app) => {
+    sendMetadata(app, '/.well-known/openid-configuration', ctx);
+    sendMetadata(app, '/.well-known/oauth-authorization-server', ctx);
+    app.get('/jwks', { config: { cors: 'any' } }, async (_request, reply) =>
+      reply.header('Cache-Control', 'public, max-age=300').header('Content-Type', 'application/jwk-set+json').send(ctx.keys.jwks),
+    );
+  };
+}
+
+/** RFC 8414 §3.1: with a path in the issuer, metadata also lives at /.well-known/...{path}. */
+export function wellKnownAtRoot(ctx: AppContext): FastifyPluginAsync {
+  return async (app) => {
+    if (ctx.config.basePath === '') return;
+    sendMetadata(app, `/.well-known/oauth-authorization-server${ctx.config.basePath}`, ctx);
+    sendMetadata(app, `/.well-known/openid-configuration${ctx.config.basePath}`, ctx);
+  };
+}

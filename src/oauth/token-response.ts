@@ -1,0 +1,69 @@
+/** Building the token response (RFC 6749 §5.1, DESIGN.md §4) once a grant handler has decided. */
+import type { ClientRecord } from '../config/types.js';
+import type { AppContext } from '../context.js';
+import type { Audience } from '../policy/resource.js';
+import type { SubjectClaims } from '../store/types.js';
+import { mintAccessToken, mintIdToken } from '../tokens/mint.js';
+
+export interface TokenResponse {
+  readonly access_token: string;
+  readonly token_type: 'Bearer';
+  readonly expires_in: number;
+  readonly scope: string;
+  readonly refresh_token?: string;
+  readonly id_token?: string;
+}
+
+export interface IssueInput {
+  readonly client: ClientRecord;
+  readonly subject: string;
+  readonly audience: Audience;
+  readonly scope: readonly string[];
+  readonly authTime?: number;
+  /** New refresh token value, already stored. */
+  readonly refreshToken?: string;
+  /** Present for the code flow with `openid` (OIDC Core §3.1.3.3). */
+  readonly idToken?: { readonly nonce?: string; readonly claims: SubjectClaims; readonly authTime: number };
+}
+
+export async function issueTokens(ctx: AppContext, input: IssueInput, now: number): Promise<TokenResponse> {
+  const lifetimeSeconds = Math.floor(ctx.config.accessTokenLifetimeMs / 1000);
+  const accessToken = await mintAccessToken(
+    ctx.keys,
+    {
+      issuer: ctx.issuer,
+      subject: input.subject,
+      clientId: input.client.clientId,
+      audience: input.audience,
+      scope: input.scope,
+      lifetimeSeconds,
+      authTime: input.authTime,
+    },
+    now,
+  );
+  const response: { -readonly [K in keyof TokenResponse]: TokenResponse[K] } = {
+    access_token: accessToken,
+    token_type: 'Bearer',
+    expires_in: lifetimeSeconds,
+    scope: input.scope.join(' '),
+  };
+  if (input.refreshToken !== undefined) response.refresh_token = input.refreshToken;
+  if (input.idToken !== undefined && input.scope.includes('openid')) {
+    response.id_token = await mintIdToken(
+      ctx.keys,
+      {
+        issuer: ctx.issuer,
+        subject: input.subject,
+        clientId: input.client.clientId,
+        scope: input.scope,
+        claims: input.idToken.claims,
+        authTime: input.idToken.authTime,
+        nonce: input.idToken.nonce,
+        accessToken,
+        lifetimeSeconds,
+      },
+      now,
+    );
+  }
+  return response;
+}

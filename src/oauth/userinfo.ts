@@ -1,0 +1,67 @@
+/** GET/POST /userinfo (OIDC Core §5.3) for tokens addressed to the provider (DESIGN.md §4). */
+import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
+import { jwtVerify } from 'jose';
+import type { AppContext } from '../context.js';
+import { isAddressedToProvider, type Audience } from '../policy/resource.js';
+import type { SubjectClaims } from '../store/types.js';
+import { releasedClaims } from '../tokens/mint.js';
+
+/** RFC 6750 §3: the challenge says why. */
+function refuse(request: FastifyRequest, reply: FastifyReply, error: 'invalid_token' | 'invalid_request', description: string): FastifyReply {
+  request.outcome = error;
+  return reply
+    .code(error === 'invalid_token' ? 401 : 400)
+    .header('WWW-Authenticate', `Bearer error="${error}", error_description="${description}"`)
+    .header('Cache-Control', 'no-store')
+    .send({ error, error_description: description });
+}
+
+export const USER_CLAIMS_KIND = 'subject-claims';
+
+export function userinfoRoutes(ctx: AppContext): FastifyPluginAsync {
+  async function claimsOf(subject: string): Promise<SubjectClaims> {
+    const user = ctx.config.users.get(subject);
+    if (user !== undefined) return { email: user.email, name: user.name };
+    return (await ctx.store.getTransient<SubjectClaims>(USER_CLAIMS_KIND, subject, ctx.now())) ?? {};
+  }
+
+  async function handle(request: FastifyRequest, reply: FastifyReply): Promise<FastifyReply> {
+    const header = request.headers.authorization;
+    const match = header === undefined ? null : /^Bearer ([A-Za-z0-9._~+/-]+=*)$/i.exec(header.trim());
+    if (match === null) {
+      request.outcome = 'no_token';
+      return reply.code(401).header('WWW-Authenticate', 'Bearer realm="pinpoint"').header('Cache-Control', 'no-store').send();
+    }
+    let payload;
+    try {
+      ({ payload } = await jwtVerify(match[1] as string, ctx.keys.accessToken.publicKey, {
+        issuer: ctx.issuer,
+        typ: 'at+jwt',
+        algorithms: ['ES256'],
+        currentDate: new Date(ctx.now()),
+      }));
+    } catch {
+      return refuse(request, reply, 'invalid_token', 'the access token is invalid or expired');
+    }
+    const clientId = typeof payload.client_id === 'string' ? payload.client_id : undefined;
+    request.clientId = clientId;
+    const client = clientId === undefined ? undefined : ctx.config.clients.get(clientId);
+    const scope = typeof payload.scope === 'string' ? payload.scope.split(' ') : [];
+    if (client === undefined || payload.aud === undefined || typeof payload.sub !== 'string') {
+      return refuse(request, reply, 'invalid_token', 'the access token is invalid or expired');
+    }
+    if (!scope.includes('openid')) return refuse(request, reply, 'invalid_token', 'the access token does not carry the openid scope');
+    if (!isAddressedToProvider(payload.aud as Audience, ctx.issuer, client.audience)) {
+      return refuse(request, reply, 'invalid_token', 'the access token is addressed to another resource server');
+    }
+    request.outcome = 'ok';
+    return reply
+      .header('Cache-Control', 'no-store')
+      .send({ sub: payload.sub, ...releasedClaims(scope, await claimsOf(payload.sub)) });
+  }
+
+  return async (app) => {
+    app.get('/userinfo', { config: { cors: 'clients' } }, handle);
+    app.post('/userinfo', { config: { cors: 'clients' } }, handle);
+  };
+}

@@ -1,0 +1,54 @@
+/** `pinpoint serve`: open the store, load keys, listen, sweep, and shut down gracefully. */
+import { readFile } from 'node:fs/promises';
+import { buildApp } from './app.js';
+import type { Config } from './config/types.js';
+import { createLogger } from './log.js';
+import { openStore } from './store/open.js';
+import { loadSigningKeys } from './tokens/keys.js';
+
+/** How often expired state is swept (DESIGN.md §6). */
+const SWEEP_INTERVAL_MS = 60_000;
+
+export async function serve(config: Config, warnings: readonly string[]): Promise<void> {
+  const logger = createLogger(config.logLevel);
+  for (const warning of warnings) logger.warn(warning);
+  const store = await openStore(config.state, { warn: (message) => logger.warn(message) });
+  const keys = await loadSigningKeys(store);
+  const https =
+    config.tls.mode === 'terminate' && config.tls.certFile !== undefined && config.tls.keyFile !== undefined
+      ? { cert: await readFile(config.tls.certFile), key: await readFile(config.tls.keyFile) }
+      : undefined;
+  const { app } = await buildApp({ config, store, keys, logger, https });
+
+  const sweep = setInterval(() => {
+    store.sweep(Date.now()).catch((error: unknown) => logger.warn({ err: { message: (error as Error).message } }, 'sweep failed'));
+  }, SWEEP_INTERVAL_MS);
+  sweep.unref();
+
+  let stopping = false;
+  const stop = (signal: string): void => {
+    if (stopping) return;
+    stopping = true;
+    logger.info({ signal }, 'stopping: finishing in-flight requests');
+    clearInterval(sweep);
+    // app.close() stops accepting and waits for in-flight requests; then the store can go.
+    app
+      .close()
+      .then(() => store.close())
+      .then(() => {
+        logger.info('stopped');
+        logger.flush();
+        process.exit(0);
+      })
+      .catch((error: unknown) => {
+        logger.error({ err: { message: (error as Error).message } }, 'error while stopping');
+        logger.flush();
+        process.exit(1);
+      });
+  };
+  process.once('SIGTERM', () => stop('SIGTERM'));
+  process.once('SIGINT', () => stop('SIGINT'));
+
+  await app.listen({ host: config.listen.host, port: config.listen.port });
+  logger.info({ issuer: config.baseUrl, listen: `${config.listen.host}:${config.listen.port}`, state: store.description, tls: config.tls.mode }, 'pinpoint is serving');
+}

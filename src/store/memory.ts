@@ -1,0 +1,259 @@
+import type {
+  AuthorizationCodeRecord,
+  CodeLookup,
+  DeviceAuthorizationRecord,
+  Grant,
+  RefreshLookup,
+  RefreshTokenRecord,
+  SessionRecord,
+  Store,
+  StoredKey,
+  SubjectClaims,
+} from './types.js';
+import { DEVICE_EXPIRY_SLACK_MS } from './rows.js';
+
+interface CodeEntry {
+  readonly record: AuthorizationCodeRecord;
+  used: boolean;
+}
+
+interface RefreshEntry {
+  readonly record: RefreshTokenRecord;
+  status: 'active' | 'rotated';
+}
+
+interface TransientEntry {
+  /** JSON text, so a value reads back as it would from SQLite or PostgreSQL. */
+  readonly json: string;
+  readonly expiresAt: number;
+}
+
+interface AttemptWindow {
+  count: number;
+  readonly windowEndsAt: number;
+}
+
+const freezeGrant = (grant: Grant): Grant =>
+  Object.freeze({ ...grant, scope: [...grant.scope], resources: [...grant.resources], claims: { ...grant.claims } });
+
+const freezeDevice = (record: DeviceAuthorizationRecord): DeviceAuthorizationRecord =>
+  Object.freeze({ ...record, scope: [...record.scope], ...(record.claims ? { claims: { ...record.claims } } : {}) });
+
+const transientKey = (kind: string, id: string): string => `${kind}\u0000${id}`;
+
+/** All state in Maps: lost when the process stops (DESIGN.md §6, no `state` block). */
+export class MemoryStore implements Store {
+  readonly description = 'memory';
+  #keys: StoredKey[] | undefined;
+  readonly #grants = new Map<string, Grant>();
+  readonly #codes = new Map<string, CodeEntry>();
+  readonly #refreshTokens = new Map<string, RefreshEntry>();
+  readonly #devices = new Map<string, DeviceAuthorizationRecord>();
+  /** userCode -> deviceCodeDigest. */
+  readonly #userCodes = new Map<string, string>();
+  readonly #sessions = new Map<string, SessionRecord>();
+  readonly #transient = new Map<string, TransientEntry>();
+  readonly #attempts = new Map<string, AttemptWindow>();
+
+  async loadOrCreateKeys(candidates: readonly StoredKey[]): Promise<StoredKey[]> {
+    this.#keys ??= candidates.map((key) => Object.freeze({ ...key }));
+    return [...this.#keys];
+  }
+
+  async getGrant(grantId: string): Promise<Grant | undefined> {
+    return this.#grants.get(grantId);
+  }
+
+  async revokeGrant(grantId: string): Promise<void> {
+    this.#grants.delete(grantId);
+    for (const [digest, entry] of this.#codes) if (entry.record.grantId === grantId) this.#codes.delete(digest);
+    for (const [digest, entry] of this.#refreshTokens) if (entry.record.grantId === grantId) this.#refreshTokens.delete(digest);
+  }
+
+  async createGrantWithCode(grant: Grant, code: AuthorizationCodeRecord): Promise<void> {
+    if (this.#grants.has(grant.id)) throw new Error('grant id already exists');
+    if (this.#codes.has(code.digest)) throw new Error('authorization code digest already exists');
+    this.#grants.set(grant.id, freezeGrant(grant));
+    this.#codes.set(code.digest, { record: Object.freeze({ ...code }), used: false });
+  }
+
+  async findCode(digest: string, now: number): Promise<CodeLookup> {
+    const entry = this.#codes.get(digest);
+    if (entry === undefined || entry.record.expiresAt <= now) return { status: 'unknown' };
+    if (entry.used) return { status: 'used', grantId: entry.record.grantId };
+    const grant = this.#grants.get(entry.record.grantId);
+    if (grant === undefined) return { status: 'unknown' };
+    return { status: 'active', code: entry.record, grant };
+  }
+
+  async consumeCode(digest: string, now: number): Promise<boolean> {
+    const entry = this.#codes.get(digest);
+    if (entry === undefined || entry.used || entry.record.expiresAt <= now) return false;
+    entry.used = true;
+    return true;
+  }
+
+  async findRefreshToken(digest: string, now: number): Promise<RefreshLookup> {
+    const entry = this.#refreshTokens.get(digest);
+    if (entry === undefined || entry.record.expiresAt <= now) return { status: 'unknown' };
+    const grant = this.#grants.get(entry.record.grantId);
+    if (grant === undefined) return { status: 'unknown' };
+    if (entry.status === 'rotated') return { status: 'rotated', grantId: grant.id, clientId: grant.clientId };
+    return { status: 'active', token: entry.record, grant };
+  }
+
+  async addRefreshToken(token: RefreshTokenRecord): Promise<void> {
+    if (this.#refreshTokens.has(token.digest)) throw new Error('refresh token digest already exists');
+    this.#insertRefreshToken(token);
+  }
+
+  /** Adds an active token and extends its grant to outlive it. */
+  #insertRefreshToken(token: RefreshTokenRecord): void {
+    this.#refreshTokens.set(token.digest, { record: Object.freeze({ ...token }), status: 'active' });
+    const grant = this.#grants.get(token.grantId);
+    if (grant !== undefined && grant.expiresAt < token.expiresAt) {
+      this.#grants.set(grant.id, Object.freeze({ ...grant, expiresAt: token.expiresAt }));
+    }
+  }
+
+  async rotateRefreshToken(oldDigest: string, next: RefreshTokenRecord, now: number): Promise<boolean> {
+    const old = this.#refreshTokens.get(oldDigest);
+    if (old === undefined || old.status !== 'active' || old.record.expiresAt <= now) return false;
+    if (this.#refreshTokens.has(next.digest)) throw new Error('refresh token digest already exists');
+    old.status = 'rotated';
+    this.#insertRefreshToken(next);
+    return true;
+  }
+
+  async createDeviceAuthorization(record: DeviceAuthorizationRecord): Promise<void> {
+    if (this.#devices.has(record.deviceCodeDigest)) throw new Error('device code digest already exists');
+    const holder = this.#userCodes.get(record.userCode);
+    if (holder !== undefined) {
+      const existing = this.#devices.get(holder);
+      // An expired record gives its user code up; a live one keeps it (the caller draws another code).
+      if (existing !== undefined && existing.expiresAt > record.createdAt) throw new Error('user code already in use');
+      this.#devices.delete(holder);
+    }
+    this.#devices.set(record.deviceCodeDigest, freezeDevice(record));
+    this.#userCodes.set(record.userCode, record.deviceCodeDigest);
+  }
+
+  async findByUserCode(userCode: string, now: number): Promise<DeviceAuthorizationRecord | undefined> {
+    const digest = this.#userCodes.get(userCode);
+    const record = digest === undefined ? undefined : this.#devices.get(digest);
+    return record !== undefined && record.expiresAt > now ? record : undefined;
+  }
+
+  async findByDeviceCode(deviceCodeDigest: string): Promise<DeviceAuthorizationRecord | undefined> {
+    return this.#devices.get(deviceCodeDigest);
+  }
+
+  async recordPoll(deviceCodeDigest: string, now: number, tooFast: boolean): Promise<void> {
+    const record = this.#devices.get(deviceCodeDigest);
+    if (record === undefined) return;
+    const intervalSeconds = tooFast ? record.intervalSeconds + 5 : record.intervalSeconds;
+    this.#devices.set(deviceCodeDigest, Object.freeze({ ...record, lastPolledAt: now, intervalSeconds }));
+  }
+
+  async decideDeviceAuthorization(
+    userCode: string,
+    decision: { approved: true; subject: string; claims: SubjectClaims; authTime: number } | { approved: false },
+    now: number,
+  ): Promise<boolean> {
+    const record = await this.findByUserCode(userCode, now);
+    if (record === undefined || record.status !== 'pending') return false;
+    const decided: DeviceAuthorizationRecord = decision.approved
+      ? { ...record, status: 'approved', subject: decision.subject, claims: { ...decision.claims }, authTime: decision.authTime }
+      : { ...record, status: 'denied' };
+    this.#devices.set(record.deviceCodeDigest, Object.freeze(decided));
+    return true;
+  }
+
+  async redeemDeviceCode(
+    deviceCodeDigest: string,
+    grant: Grant,
+    refresh: RefreshTokenRecord | undefined,
+    now: number,
+  ): Promise<boolean> {
+    const record = this.#devices.get(deviceCodeDigest);
+    if (record === undefined || record.status !== 'approved' || record.expiresAt <= now) return false;
+    if (this.#grants.has(grant.id)) throw new Error('grant id already exists');
+    if (refresh !== undefined && this.#refreshTokens.has(refresh.digest)) throw new Error('refresh token digest already exists');
+    this.#devices.set(deviceCodeDigest, Object.freeze({ ...record, status: 'redeemed' }));
+    this.#grants.set(grant.id, freezeGrant(grant));
+    if (refresh !== undefined) this.#insertRefreshToken(refresh);
+    return true;
+  }
+
+  async createSession(session: SessionRecord): Promise<void> {
+    this.#sessions.set(session.digest, Object.freeze({ ...session, claims: { ...session.claims } }));
+  }
+
+  async findSession(digest: string, now: number): Promise<SessionRecord | undefined> {
+    const session = this.#sessions.get(digest);
+    return session !== undefined && session.expiresAt > now ? session : undefined;
+  }
+
+  async deleteSession(digest: string): Promise<void> {
+    this.#sessions.delete(digest);
+  }
+
+  async putTransient(kind: string, id: string, value: unknown, expiresAt: number): Promise<void> {
+    this.#transient.set(transientKey(kind, id), { json: JSON.stringify(value), expiresAt });
+  }
+
+  async getTransient<T>(kind: string, id: string, now: number): Promise<T | undefined> {
+    const entry = this.#transient.get(transientKey(kind, id));
+    return entry !== undefined && entry.expiresAt > now ? (JSON.parse(entry.json) as T) : undefined;
+  }
+
+  async takeTransient<T>(kind: string, id: string, now: number): Promise<T | undefined> {
+    const key = transientKey(kind, id);
+    const entry = this.#transient.get(key);
+    this.#transient.delete(key);
+    return entry !== undefined && entry.expiresAt > now ? (JSON.parse(entry.json) as T) : undefined;
+  }
+
+  async countAttempt(key: string, now: number, windowMs: number): Promise<number> {
+    const window = this.#attempts.get(key);
+    if (window === undefined || window.windowEndsAt <= now) {
+      this.#attempts.set(key, { count: 1, windowEndsAt: now + windowMs });
+      return 1;
+    }
+    window.count += 1;
+    return window.count;
+  }
+
+  async peekAttempts(key: string, now: number): Promise<number> {
+    const window = this.#attempts.get(key);
+    return window !== undefined && window.windowEndsAt > now ? window.count : 0;
+  }
+
+  async clearAttempts(key: string): Promise<void> {
+    this.#attempts.delete(key);
+  }
+
+  async ping(): Promise<void> {}
+
+  async sweep(now: number): Promise<void> {
+    for (const [digest, entry] of this.#codes) if (entry.record.expiresAt < now) this.#codes.delete(digest);
+    for (const [digest, entry] of this.#refreshTokens) if (entry.record.expiresAt < now) this.#refreshTokens.delete(digest);
+    for (const [digest, record] of this.#devices) {
+      if (record.expiresAt < now - DEVICE_EXPIRY_SLACK_MS) {
+        this.#devices.delete(digest);
+        if (this.#userCodes.get(record.userCode) === digest) this.#userCodes.delete(record.userCode);
+      }
+    }
+    for (const [digest, session] of this.#sessions) if (session.expiresAt < now) this.#sessions.delete(digest);
+    for (const [key, entry] of this.#transient) if (entry.expiresAt < now) this.#transient.delete(key);
+    for (const [key, window] of this.#attempts) if (window.windowEndsAt <= now) this.#attempts.delete(key);
+    const expired = new Set<string>();
+    for (const [id, grant] of this.#grants) if (grant.expiresAt < now) expired.add(id);
+    if (expired.size === 0) return;
+    for (const id of expired) this.#grants.delete(id);
+    for (const [digest, entry] of this.#codes) if (expired.has(entry.record.grantId)) this.#codes.delete(digest);
+    for (const [digest, entry] of this.#refreshTokens) if (expired.has(entry.record.grantId)) this.#refreshTokens.delete(digest);
+  }
+
+  async close(): Promise<void> {}
+}

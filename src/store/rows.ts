@@ -1,0 +1,199 @@
+/** Row shapes shared by the SQLite and PostgreSQL stores, and their mapping to the records of types.ts. */
+import type {
+  AuthorizationCodeRecord,
+  CodeLookup,
+  DeviceAuthorizationRecord,
+  DeviceStatus,
+  Grant,
+  RefreshLookup,
+  RefreshTokenRecord,
+  SessionRecord,
+  StoredKey,
+  SubjectClaims,
+} from './types.js';
+
+/** SQLite gives numbers; PostgreSQL gives BIGINT as text. */
+type Numeric = number | string | bigint;
+
+/** Device records stay this long after expiry so polling still answers expired_token (RFC 8628 §3.5). */
+export const DEVICE_EXPIRY_SLACK_MS = 10 * 60_000;
+
+/** Rows per DELETE when sweeping, so no statement holds a lock for long. */
+export const SWEEP_BATCH = 500;
+
+/** Grant columns as selected by the lookups (aliased `g_*` so they can be joined with a child row). */
+export const GRANT_COLUMNS =
+  'g.id AS g_id, g.client_id AS g_client_id, g.subject AS g_subject, g.scope AS g_scope, g.resources AS g_resources, ' +
+  'g.claims AS g_claims, g.auth_time AS g_auth_time, g.created_at AS g_created_at, g.expires_at AS g_expires_at';
+
+export interface GrantRow {
+  g_id: string | null;
+  g_client_id: string | null;
+  g_subject: string | null;
+  g_scope: string | null;
+  g_resources: string | null;
+  g_claims: string | null;
+  g_auth_time: Numeric | null;
+  g_created_at: Numeric | null;
+  g_expires_at: Numeric | null;
+}
+
+/** The grant of a row selected with GRANT_COLUMNS; undefined when the join found none. */
+export function grantFromRow(row: GrantRow): Grant | undefined {
+  if (row.g_id === null || row.g_client_id === null || row.g_subject === null) return undefined;
+  return {
+    id: row.g_id,
+    clientId: row.g_client_id,
+    subject: row.g_subject,
+    scope: JSON.parse(row.g_scope ?? '[]') as string[],
+    resources: JSON.parse(row.g_resources ?? '[]') as string[],
+    claims: JSON.parse(row.g_claims ?? '{}') as SubjectClaims,
+    authTime: Number(row.g_auth_time),
+    createdAt: Number(row.g_created_at),
+    expiresAt: Number(row.g_expires_at),
+  };
+}
+
+/** Insert parameters, in the column order of the grants table. */
+export const grantParams = (grant: Grant): unknown[] => [
+  grant.id,
+  grant.clientId,
+  grant.subject,
+  JSON.stringify(grant.scope),
+  JSON.stringify(grant.resources),
+  JSON.stringify(grant.claims),
+  grant.authTime,
+  grant.createdAt,
+  grant.expiresAt,
+];
+
+export interface KeyRow {
+  kid: string;
+  alg: string;
+  private_jwk: string;
+  created_at: Numeric;
+}
+
+export const keyFromRow = (row: KeyRow): StoredKey => ({
+  kid: row.kid,
+  alg: row.alg === 'RS256' ? 'RS256' : 'ES256',
+  privateJwk: row.private_jwk,
+  createdAt: Number(row.created_at),
+});
+
+export interface CodeRow extends GrantRow {
+  code_digest: string;
+  code_grant_id: string;
+  code_client_id: string;
+  redirect_uri: string;
+  code_challenge: string;
+  nonce: string | null;
+  code_expires_at: Numeric;
+  used: number | boolean;
+}
+
+/** findCode's answer for a code row joined with its grant (DESIGN.md §6: expired or orphaned codes are unknown). */
+export function codeLookupFromRow(row: CodeRow | undefined, now: number): CodeLookup {
+  if (row === undefined || Number(row.code_expires_at) <= now) return { status: 'unknown' };
+  if (row.used === true || row.used === 1) return { status: 'used', grantId: row.code_grant_id };
+  const grant = grantFromRow(row);
+  if (grant === undefined) return { status: 'unknown' };
+  const code: AuthorizationCodeRecord = {
+    digest: row.code_digest,
+    grantId: row.code_grant_id,
+    clientId: row.code_client_id,
+    redirectUri: row.redirect_uri,
+    codeChallenge: row.code_challenge,
+    ...(row.nonce === null ? {} : { nonce: row.nonce }),
+    expiresAt: Number(row.code_expires_at),
+  };
+  return { status: 'active', code, grant };
+}
+
+export interface RefreshRow extends GrantRow {
+  token_digest: string;
+  token_grant_id: string;
+  issued_at: Numeric;
+  token_expires_at: Numeric;
+  status: string;
+}
+
+/** findRefreshToken's answer for a token row joined with its grant. */
+export function refreshLookupFromRow(row: RefreshRow | undefined, now: number): RefreshLookup {
+  if (row === undefined || Number(row.token_expires_at) <= now) return { status: 'unknown' };
+  const grant = grantFromRow(row);
+  if (grant === undefined) return { status: 'unknown' };
+  if (row.status !== 'active') return { status: 'rotated', grantId: grant.id, clientId: grant.clientId };
+  const token: RefreshTokenRecord = {
+    digest: row.token_digest,
+    grantId: row.token_grant_id,
+    issuedAt: Number(row.issued_at),
+    expiresAt: Number(row.token_expires_at),
+  };
+  return { status: 'active', token, grant };
+}
+
+export interface DeviceRow {
+  device_code_digest: string;
+  user_code: string;
+  client_id: string;
+  scope: string;
+  status: string;
+  interval_seconds: Numeric;
+  last_polled_at: Numeric | null;
+  subject: string | null;
+  claims: string | null;
+  auth_time: Numeric | null;
+  created_at: Numeric;
+  expires_at: Numeric;
+}
+
+export const DEVICE_COLUMNS =
+  'device_code_digest, user_code, client_id, scope, status, interval_seconds, last_polled_at, subject, claims, auth_time, created_at, expires_at';
+
+export const deviceFromRow = (row: DeviceRow): DeviceAuthorizationRecord => ({
+  deviceCodeDigest: row.device_code_digest,
+  userCode: row.user_code,
+  clientId: row.client_id,
+  scope: JSON.parse(row.scope) as string[],
+  status: row.status as DeviceStatus,
+  intervalSeconds: Number(row.interval_seconds),
+  ...(row.last_polled_at === null ? {} : { lastPolledAt: Number(row.last_polled_at) }),
+  ...(row.subject === null ? {} : { subject: row.subject }),
+  ...(row.claims === null ? {} : { claims: JSON.parse(row.claims) as SubjectClaims }),
+  ...(row.auth_time === null ? {} : { authTime: Number(row.auth_time) }),
+  createdAt: Number(row.created_at),
+  expiresAt: Number(row.expires_at),
+});
+
+/** Insert parameters, in the order of DEVICE_COLUMNS. */
+export const deviceParams = (record: DeviceAuthorizationRecord): unknown[] => [
+  record.deviceCodeDigest,
+  record.userCode,
+  record.clientId,
+  JSON.stringify(record.scope),
+  record.status,
+  record.intervalSeconds,
+  record.lastPolledAt ?? null,
+  record.subject ?? null,
+  record.claims === undefined ? null : JSON.stringify(record.claims),
+  record.authTime ?? null,
+  record.createdAt,
+  record.expiresAt,
+];
+
+export interface SessionRow {
+  digest: string;
+  subject: string;
+  claims: string;
+  auth_time: Numeric;
+  expires_at: Numeric;
+}
+
+export const sessionFromRow = (row: SessionRow): SessionRecord => ({
+  digest: row.digest,
+  subject: row.subject,
+  claims: JSON.parse(row.claims) as SubjectClaims,
+  authTime: Number(row.auth_time),
+  expiresAt: Number(row.expires_at),
+});

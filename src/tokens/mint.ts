@@ -1,0 +1,89 @@
+/** Minting of access tokens (RFC 9068 JWTs) and ID tokens (OIDC Core §2) with jose. */
+import { createHash, randomBytes } from 'node:crypto';
+import { SignJWT } from 'jose';
+import type { Audience } from '../policy/resource.js';
+import type { SubjectClaims } from '../store/types.js';
+import type { SigningKeys } from './keys.js';
+
+export interface AccessTokenInput {
+  readonly issuer: string;
+  readonly subject: string;
+  readonly clientId: string;
+  readonly audience: Audience;
+  readonly scope: readonly string[];
+  readonly lifetimeSeconds: number;
+  readonly authTime?: number;
+}
+
+/** Seconds since the epoch, as JWT NumericDate wants. */
+export const epochSeconds = (ms: number): number => Math.floor(ms / 1000);
+
+export async function mintAccessToken(keys: SigningKeys, input: AccessTokenInput, now: number): Promise<string> {
+  const iat = epochSeconds(now);
+  const claims: Record<string, unknown> = {
+    iss: input.issuer,
+    sub: input.subject,
+    aud: input.audience,
+    exp: iat + input.lifetimeSeconds,
+    iat,
+    jti: randomBytes(16).toString('base64url'),
+    client_id: input.clientId,
+    scope: input.scope.join(' '),
+  };
+  if (input.authTime !== undefined) claims.auth_time = epochSeconds(input.authTime);
+  return new SignJWT(claims)
+    .setProtectedHeader({ alg: 'ES256', typ: 'at+jwt', kid: keys.accessToken.kid })
+    .sign(keys.accessToken.privateKey);
+}
+
+/** OIDC Core §3.1.3.6: left half of SHA-256 of the access token, base64url. */
+export function accessTokenHash(accessToken: string): string {
+  const digest = createHash('sha256').update(accessToken, 'ascii').digest();
+  return digest.subarray(0, digest.length / 2).toString('base64url');
+}
+
+export interface IdTokenInput {
+  readonly issuer: string;
+  readonly subject: string;
+  readonly clientId: string;
+  readonly scope: readonly string[];
+  readonly claims: SubjectClaims;
+  readonly authTime: number;
+  readonly nonce?: string;
+  readonly accessToken: string;
+  readonly lifetimeSeconds: number;
+}
+
+/** The profile claims a scope releases (OIDC Core §5.4). */
+export function releasedClaims(scope: readonly string[], claims: SubjectClaims): Record<string, string> {
+  const released: Record<string, string> = {};
+  if (scope.includes('email') && claims.email !== undefined) released.email = claims.email;
+  if (scope.includes('profile') && claims.name !== undefined) released.name = claims.name;
+  return released;
+}
+
+export async function mintIdToken(keys: SigningKeys, input: IdTokenInput, now: number): Promise<string> {
+  const iat = epochSeconds(now);
+  const claims: Record<string, unknown> = {
+    iss: input.issuer,
+    sub: input.subject,
+    aud: input.clientId,
+    exp: iat + input.lifetimeSeconds,
+    iat,
+    auth_time: epochSeconds(input.authTime),
+    at_hash: accessTokenHash(input.accessToken),
+    ...releasedClaims(input.scope, input.claims),
+  };
+  if (input.nonce !== undefined) claims.nonce = input.nonce;
+  return new SignJWT(claims).setProtectedHeader({ alg: 'RS256', typ: 'JWT', kid: keys.idToken.kid }).sign(keys.idToken.privateKey);
+}
+
+/** A fresh opaque secret (code, refresh token, session id) and the SHA-256 digest the store keeps. */
+export function newSecret(): { value: string; digest: string } {
+  const value = randomBytes(32).toString('base64url');
+  return { value, digest: digestOf(value) };
+}
+
+export function digestOf(secret: string): string {
+  return createHash('sha256').update(secret, 'utf8').digest('hex');
+}

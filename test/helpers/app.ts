@@ -1,0 +1,213 @@
+/** Builds a Pinpoint app for tests (memory store unless told otherwise) and drives it like a browser/client. */
+import { createHash, randomBytes } from 'node:crypto';
+import type { FastifyInstance, LightMyRequestResponse } from 'fastify';
+import { buildApp } from '../../src/app.js';
+import type { AppContext, AppLimits } from '../../src/context.js';
+import type { ClientRecord, Config, UserRecord } from '../../src/config/types.js';
+import { hashPassword } from '../../src/login/password.js';
+import { MemoryStore } from '../../src/store/memory.js';
+import type { Store } from '../../src/store/types.js';
+import { loadSigningKeys } from '../../src/tokens/keys.js';
+
+export const ISSUER = 'http://127.0.0.1:8080';
+export const REDIRECT = 'http://127.0.0.1:9000/callback';
+export const SECRET = 'webapp-secret';
+export const AUDIENCE = ['https://api.example.org/', 'https://files.example.org', 'billing', 'https://docs.example.org/#v2', 'https://q.example.org/x?y=1'];
+export const PASSWORD = 'correct horse';
+
+let aliceHash: Promise<string> | undefined;
+
+export function client(overrides: Partial<ClientRecord> & { clientId: string }): ClientRecord {
+  return {
+    kind: 'public',
+    redirectUris: [REDIRECT],
+    audience: AUDIENCE,
+    scopes: ['openid', 'profile', 'email'],
+    ...overrides,
+  };
+}
+
+export async function testConfig(overrides: Partial<Config> = {}): Promise<Config> {
+  aliceHash ??= hashPassword(PASSWORD);
+  const alice: UserRecord = { username: 'alice', passwordHash: await aliceHash, email: 'alice@example.org', name: 'Alice Example' };
+  const clients = [
+    client({ clientId: 'webapp', kind: 'confidential', secret: SECRET, refreshLifetimeMs: 720 * 3600_000, scopes: ['openid', 'profile', 'email', 'ssh'] }),
+    client({ clientId: 'spa', refreshLifetimeMs: 3600_000 }),
+    client({ clientId: 'norefresh', kind: 'confidential', secret: SECRET }),
+    client({ clientId: 'service', kind: 'confidential', secret: SECRET, redirectUris: [], scopes: ['read', 'write', 'nfs'] }),
+    client({ clientId: 'tv', kind: 'device', redirectUris: [], audience: ['https://api.example.org/'], refreshLifetimeMs: 3600_000 }),
+  ];
+  return {
+    file: '/test/config.hcl',
+    baseUrl: ISSUER,
+    basePath: '',
+    listen: { host: '127.0.0.1', port: 8080 },
+    accessTokenLifetimeMs: 3600_000,
+    logLevel: 'silent',
+    tls: { mode: 'off' },
+    state: { kind: 'memory' },
+    users: new Map([['alice', alice]]),
+    federations: new Map(),
+    clients: new Map(clients.map((c) => [c.clientId, c])),
+    ...overrides,
+  };
+}
+
+export interface TestApp {
+  readonly app: FastifyInstance;
+  readonly ctx: AppContext;
+  readonly store: Store;
+}
+
+export async function testApp(
+  options: { config?: Config; store?: Store; now?: () => number; limits?: Partial<AppLimits>; logger?: import('pino').Logger } = {},
+): Promise<TestApp> {
+  const config = options.config ?? (await testConfig());
+  const store = options.store ?? new MemoryStore();
+  const keys = await loadSigningKeys(store);
+  const { app, ctx } = await buildApp({ config, store, keys, now: options.now, limits: options.limits, logger: options.logger });
+  await app.ready();
+  return { app, ctx, store };
+}
+
+export function basic(id: string, secret: string): string {
+  return `Basic ${Buffer.from(`${encodeURIComponent(id)}:${encodeURIComponent(secret)}`).toString('base64')}`;
+}
+
+export function pkce(): { verifier: string; challenge: string } {
+  const verifier = randomBytes(32).toString('base64url');
+  return { verifier, challenge: createHash('sha256').update(verifier).digest('base64url') };
+}
+
+/** Form body from pairs, so repeats can be sent. */
+export function form(pairs: readonly (readonly [string, string])[]): string {
+  const body = new URLSearchParams();
+  for (const [name, value] of pairs) body.append(name, value);
+  return body.toString();
+}
+
+export function authorizeUrl(pairs: readonly (readonly [string, string])[], basePath = ''): string {
+  return `${basePath}/authorize?${form(pairs)}`;
+}
+
+/** The cookies a response sets, as a Cookie header value merged with the earlier ones. */
+export function cookieJar(previous: string, response: LightMyRequestResponse): string {
+  const jar = new Map<string, string>();
+  for (const part of previous.split('; ').filter(Boolean)) {
+    const eq = part.indexOf('=');
+    jar.set(part.slice(0, eq), part.slice(eq + 1));
+  }
+  const set = response.headers['set-cookie'];
+  for (const line of Array.isArray(set) ? set : set === undefined ? [] : [set]) {
+    const [pair] = line.split(';');
+    const eq = (pair as string).indexOf('=');
+    jar.set((pair as string).slice(0, eq), (pair as string).slice(eq + 1));
+  }
+  return [...jar].map(([name, value]) => `${name}=${value}`).join('; ');
+}
+
+export function hiddenInput(html: string, name: string): string {
+  const match = new RegExp(`name="${name}" value="([^"]*)"`).exec(html);
+  if (match === null) throw new Error(`no hidden input ${name} in page`);
+  return match[1] as string;
+}
+
+export interface AuthorizeOptions {
+  readonly clientId?: string;
+  readonly scope?: string;
+  readonly resources?: readonly string[];
+  readonly nonce?: string;
+  readonly state?: string;
+  readonly extra?: readonly (readonly [string, string])[];
+}
+
+/** Runs /authorize -> sign-in form -> POST credentials and returns the code and the verifier. */
+export async function signInForCode(app: FastifyInstance, options: AuthorizeOptions = {}): Promise<{ code: string; verifier: string; location: URL; cookies: string }> {
+  const { verifier, challenge } = pkce();
+  const pairs: [string, string][] = [
+    ['response_type', 'code'],
+    ['client_id', options.clientId ?? 'webapp'],
+    ['redirect_uri', REDIRECT],
+    ['scope', options.scope ?? 'openid profile email'],
+    ['state', options.state ?? 'st-1'],
+    ['code_challenge', challenge],
+    ['code_challenge_method', 'S256'],
+    ...(options.nonce === undefined ? [] : [['nonce', options.nonce] as [string, string]]),
+    ...(options.resources ?? []).map((resource) => ['resource', resource] as [string, string]),
+    ...(options.extra ?? []),
+  ];
+  const start = await app.inject({ method: 'GET', url: authorizeUrl(pairs) });
+  if (start.statusCode !== 303) throw new Error(`authorize answered ${start.statusCode}: ${start.body}`);
+  let cookies = cookieJar('', start);
+  const loginPage = await app.inject({ method: 'GET', url: start.headers.location as string, headers: { cookie: cookies } });
+  cookies = cookieJar(cookies, loginPage);
+  const submitted = await app.inject({
+    method: 'POST',
+    url: '/login',
+    headers: { cookie: cookies, 'content-type': 'application/x-www-form-urlencoded' },
+    payload: form([
+      ['csrf', hiddenInput(loginPage.body, 'csrf')],
+      ['login', hiddenInput(loginPage.body, 'login')],
+      ['username', 'alice'],
+      ['password', PASSWORD],
+    ]),
+  });
+  if (submitted.statusCode !== 303) throw new Error(`login answered ${submitted.statusCode}: ${submitted.body}`);
+  cookies = cookieJar(cookies, submitted);
+  const location = new URL(submitted.headers.location as string);
+  const code = location.searchParams.get('code');
+  if (code === null) throw new Error(`no code in ${location}`);
+  return { code, verifier, location, cookies };
+}
+
+export async function postToken(
+  app: FastifyInstance,
+  pairs: readonly (readonly [string, string])[],
+  auth: string | undefined = basic('webapp', SECRET),
+): Promise<LightMyRequestResponse> {
+  return app.inject({
+    method: 'POST',
+    url: '/token',
+    headers: { 'content-type': 'application/x-www-form-urlencoded', ...(auth === undefined ? {} : { authorization: auth }) },
+    payload: form(pairs),
+  });
+}
+
+/** Code exchange for `webapp` with optional resources. */
+export async function exchangeCode(
+  app: FastifyInstance,
+  grant: { code: string; verifier: string },
+  resources: readonly string[] = [],
+  auth: string | undefined = basic('webapp', SECRET),
+): Promise<LightMyRequestResponse> {
+  return postToken(
+    app,
+    [
+      ['grant_type', 'authorization_code'],
+      ['code', grant.code],
+      ['redirect_uri', REDIRECT],
+      ['code_verifier', grant.verifier],
+      ...resources.map((resource) => ['resource', resource] as [string, string]),
+    ],
+    auth,
+  );
+}
+
+export async function refresh(
+  app: FastifyInstance,
+  refreshToken: string,
+  resources: readonly string[] = [],
+  extra: readonly (readonly [string, string])[] = [],
+  auth: string | undefined = basic('webapp', SECRET),
+): Promise<LightMyRequestResponse> {
+  return postToken(
+    app,
+    [['grant_type', 'refresh_token'], ['refresh_token', refreshToken], ...resources.map((r) => ['resource', r] as [string, string]), ...extra],
+    auth,
+  );
+}
+
+/** The payload of a JWT without verifying it (tests verify separately where it matters). */
+export function claimsOf(jwt: string): Record<string, unknown> {
+  return JSON.parse(Buffer.from(jwt.split('.')[1] as string, 'base64url').toString('utf8')) as Record<string, unknown>;
+}
