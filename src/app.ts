@@ -8,8 +8,11 @@ import type { Config } from './config/types.js';
 import { registerCors } from './http/cors.js';
 import { LIMITS, parseParams } from './http/params.js';
 import { sendErrorPage, sendJsonError, toOAuthError } from './http/render-error.js';
+import { devicePageRoutes } from './login/device-page.js';
+import { federationRoutes } from './login/federation.js';
 import { loginRoutes } from './login/routes.js';
 import { authorizeRoutes } from './oauth/authorize.js';
+import { deviceAuthorizationRoutes } from './oauth/device-authorization.js';
 import { healthRoutes } from './oauth/health.js';
 import { metadataRoutes, wellKnownAtRoot } from './oauth/metadata.js';
 import { tokenRoutes } from './oauth/token.js';
@@ -101,6 +104,9 @@ export async function buildApp(options: BuildAppOptions): Promise<{ app: Fastify
       await scoped.register(loginRoutes(ctx));
       await scoped.register(tokenRoutes(ctx));
       await scoped.register(userinfoRoutes(ctx));
+      await scoped.register(deviceAuthorizationRoutes(ctx));
+      await scoped.register(devicePageRoutes(ctx));
+      await scoped.register(federationRoutes(ctx));
     },
     { prefix: ctx.config.basePath },
   );
