@@ -114,7 +114,8 @@ function labeledBlocks(
     const body = bodies[0];
     if (body) instances.push({ type, label, name, entry: first, body });
   }
-  return instances;
+  // hcl2json sorts labels; config order is what a reader expects back (e.g. in `pinpoint check`).
+  return instances.sort((a, b) => (a.entry ?? Infinity) - (b.entry ?? Infinity));
 }
 
 function lineNote(index: SourceIndex, firstEntry: number | undefined): string {

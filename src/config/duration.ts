@@ -24,3 +24,23 @@ export function parseDuration(text: string): number | undefined {
   if (!Number.isSafeInteger(milliseconds) || milliseconds <= 0) return undefined;
   return milliseconds;
 }
+
+const DISPLAY_UNITS: readonly (readonly [string, number])[] = [
+  ['h', 3_600_000],
+  ['m', 60_000],
+  ['s', 1000],
+  ['ms', 1],
+];
+
+/** Milliseconds back to the Go style parseDuration reads (`720h`, `1h30m`, `1m30s`, `500ms`). */
+export function formatDuration(milliseconds: number): string {
+  let rest = Math.round(milliseconds);
+  if (rest <= 0) return '0s';
+  let text = '';
+  for (const [unit, size] of DISPLAY_UNITS) {
+    const amount = Math.floor(rest / size);
+    if (amount > 0) text += `${amount}${unit}`;
+    rest -= amount * size;
+  }
+  return text;
+}

@@ -87,8 +87,8 @@ export async function loadConfig(file: string): Promise<{ config: Config; warnin
 
   const findings = new Findings(file, new SourceIndex(text));
   const config = await buildConfig(parsed.body, absolute, findings);
-  const warnings = findings.warnings.map(formatProblem);
-  if (findings.problems.length > 0 || !config) throw new ConfigInvalid(findings.problems, warnings);
+  const warnings = byLine(findings.warnings).map(formatProblem);
+  if (findings.problems.length > 0 || !config) throw new ConfigInvalid(byLine(findings.problems), warnings);
   return { config, warnings };
 }
 
@@ -134,6 +134,11 @@ async function buildConfig(body: HclBody, absolute: string, findings: Findings):
     federations: recordMap(federations, (federation) => federation.name),
     clients: recordMap(clients, (client) => client.clientId),
   });
+}
+
+/** In file order, so a reader can walk the file top to bottom; file-wide messages first. */
+function byLine(problems: readonly ConfigProblem[]): ConfigProblem[] {
+  return [...problems].sort((a, b) => (a.line ?? 0) - (b.line ?? 0));
 }
 
 function recordMap<T extends object>(records: readonly (T | undefined)[], key: (record: T) => string): ReadonlyMap<string, T> {
@@ -185,9 +190,9 @@ function unknownKey(key: string, place: Place, attributes: readonly string[], bl
   const kind = written?.kind === 'block' ? 'block' : 'attribute';
   const suggestion = closestName(key, [...attributes, ...blocks]);
   const where = place.block === undefined ? '' : ` in ${place.block.split(' ')[0]}`;
-  const hint = suggestion
-    ? `; did you mean ${JSON.stringify(suggestion)}?`
-    : `; known${where}: ${[...attributes, ...blocks].join(', ')}`;
+  let hint = `; known${where}: ${[...attributes, ...blocks].join(', ')}`;
+  if (suggestion) hint = `; did you mean ${JSON.stringify(suggestion)}?`;
+  else if (kind === 'block' && blocks.length === 0) hint = `; ${place.block?.split(' ')[0]} takes no nested blocks`;
   return { block: place.block, entry: written ? index.entries.indexOf(written) : place.entry, message: `unknown ${kind} ${JSON.stringify(key)}${hint}` };
 }
 

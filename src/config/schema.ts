@@ -141,7 +141,7 @@ export const stateSpec = spec(
     path: nonEmptyText().optional(),
     url: nonEmptyText()
       .refine((value) => POSTGRES_URL.test(value) && URL.canParse(value), {
-        error: 'must be a PostgreSQL URL, e.g. "postgres://pinpoint@db.internal:5432/pinpoint"',
+        error: 'must be a PostgreSQL URL starting with postgres:// or postgresql://, e.g. "postgres://pinpoint@db.internal:5432/pinpoint"',
       })
       .optional(),
     schema: text()

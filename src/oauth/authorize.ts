@@ -9,13 +9,19 @@ import { pageHeaders } from '../login/pages.js';
 import { currentSession } from '../login/session.js';
 import { errorRedirect, validateAuthorizationRequest } from './authorization-request.js';
 import { completeAuthorization } from './complete-authorization.js';
+import { countFailure, tooManyFailures } from '../http/failure-limit.js';
 
 export function authorizeRoutes(ctx: AppContext): FastifyPluginAsync {
   async function handle(request: FastifyRequest, reply: FastifyReply, params: Params): Promise<FastifyReply> {
+    const claimedClient = params.get('client_id')?.[0];
+    const limited = tooManyFailures(ctx, request, claimedClient);
+    if (limited !== undefined) return sendErrorPage(reply, limited);
     const validation = validateAuthorizationRequest(params, ctx.config.clients, ctx.issuer);
     if (!validation.ok) {
+      const error = 'page' in validation ? validation.page : validation.redirect.error;
+      countFailure(ctx, request, claimedClient, error.status);
       if ('page' in validation) return sendErrorPage(reply, validation.page);
-      const { error, redirectUri, state } = validation.redirect;
+      const { redirectUri, state } = validation.redirect;
       request.outcome = error.code;
       return pageHeaders(reply).redirect(errorRedirect(ctx.issuer, redirectUri, error, state), 303);
     }

@@ -4,6 +4,7 @@ import type { AppContext } from '../context.js';
 import { OAuthError } from '../errors.js';
 import { checkLimits, EMPTY_PARAMS, repeatedParameter, single, type Params } from '../http/params.js';
 import { sendJsonError, toOAuthError } from '../http/render-error.js';
+import { countFailure, tooManyFailures } from '../http/failure-limit.js';
 import { authenticateClient, claimedClientId } from './client-auth.js';
 import { authorizationCodeGrant } from './grants/authorization-code.js';
 import { clientCredentialsGrant } from './grants/client-credentials.js';
@@ -17,28 +18,6 @@ export type GrantTable = ReadonlyMap<string, GrantHandler<unknown>>;
 export function grantTable(extra: readonly GrantHandler<unknown>[] = []): GrantTable {
   const handlers = [authorizationCodeGrant, refreshTokenGrant, clientCredentialsGrant, ...extra] as GrantHandler<unknown>[];
   return new Map(handlers.map((handler) => [handler.grantType, handler]));
-}
-
-/** Failed requests per address and per client over a window (DESIGN.md §4: 429 with Retry-After). */
-export function tooManyFailures(ctx: AppContext, request: FastifyRequest, clientId: string | undefined): OAuthError | undefined {
-  const now = ctx.now();
-  for (const key of [`ip:${request.ip}`, clientId === undefined ? undefined : `client:${clientId}`]) {
-    if (key === undefined) continue;
-    const verdict = ctx.failures.check(key, now);
-    if (verdict.limited) {
-      return new OAuthError('invalid_request', 'too many failed requests; slow down', 429, {
-        'Retry-After': String(verdict.retryAfterSeconds),
-      });
-    }
-  }
-  return undefined;
-}
-
-export function countFailure(ctx: AppContext, request: FastifyRequest, clientId: string | undefined, status: number): void {
-  if (status < 400 || status >= 500 || status === 429) return;
-  const now = ctx.now();
-  ctx.failures.hit(`ip:${request.ip}`, now);
-  if (clientId !== undefined) ctx.failures.hit(`client:${clientId}`, now);
 }
 
 /** The common front of the form-posting OAuth endpoints: content type, limits, repeats, rate limits. */

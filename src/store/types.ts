@@ -68,7 +68,10 @@ export type CodeLookup =
 export interface AuthorizationCodeStore {
   /** Stores the grant and its code together (one transaction). */
   createGrantWithCode(grant: Grant, code: AuthorizationCodeRecord): Promise<void>;
-  /** Read only: finds a code that is neither expired (at `now`) nor deleted. */
+  /**
+   * Read only: finds a code that is neither expired (at `now`) nor deleted: `used` once consumed,
+   * `active` while unused and its grant exists, `unknown` otherwise (expired codes included).
+   */
   findCode(digest: string, now: number): Promise<CodeLookup>;
   /** Atomically marks the code used; false when another request used it first. */
   consumeCode(digest: string, now: number): Promise<boolean>;
@@ -90,7 +93,7 @@ export type RefreshLookup =
 export interface RefreshTokenStore {
   /** Read only. Expired tokens (at `now`) and tokens of revoked grants are `unknown`. */
   findRefreshToken(digest: string, now: number): Promise<RefreshLookup>;
-  /** Adds a refresh token to a grant (after code exchange or device redemption). */
+  /** Adds a refresh token to a grant (after code exchange), extending the grant's expiry to token.expiresAt when later. */
   addRefreshToken(token: RefreshTokenRecord): Promise<void>;
   /**
    * One transaction: marks `oldDigest` rotated if it is still active and adds `next`, extending the
@@ -119,11 +122,12 @@ export interface DeviceAuthorizationRecord {
 }
 
 export interface DeviceCodeStore {
+  /** Rejects when another unexpired record holds the same user code (the caller draws another). */
   createDeviceAuthorization(record: DeviceAuthorizationRecord): Promise<void>;
   findByUserCode(userCode: string, now: number): Promise<DeviceAuthorizationRecord | undefined>;
   /** Includes expired records (so polling can answer expired_token); undefined when unknown. */
   findByDeviceCode(deviceCodeDigest: string): Promise<DeviceAuthorizationRecord | undefined>;
-  /** Records a poll; returns the interval in force after it (bumped by 5 s when too fast). */
+  /** Records a poll at `now`; when `tooFast`, the record's intervalSeconds grows by 5 (RFC 8628 §3.5 slow_down). */
   recordPoll(deviceCodeDigest: string, now: number, tooFast: boolean): Promise<void>;
   /** pending -> approved|denied, only while pending and unexpired; false otherwise. */
   decideDeviceAuthorization(
@@ -133,7 +137,7 @@ export interface DeviceCodeStore {
   ): Promise<boolean>;
   /**
    * One transaction: approved -> redeemed, creating `grant` and (optionally) its first refresh token.
-   * False when the record was not approved or was already redeemed.
+   * False (nothing written) when the record is not approved (or already redeemed) or has expired at `now`.
    */
   redeemDeviceCode(deviceCodeDigest: string, grant: Grant, refresh: RefreshTokenRecord | undefined, now: number): Promise<boolean>;
 }
@@ -162,7 +166,10 @@ export interface TransientStore {
 }
 
 export interface AttemptStore {
-  /** Adds one attempt for `key` in a fixed window ending at `windowEndsAt`; returns the count in it. */
+  /**
+   * Adds one attempt for `key` in a fixed window; returns the count in it, this one included. A window
+   * starts at the first attempt after the previous one ended and lasts `windowMs`.
+   */
   countAttempt(key: string, now: number, windowMs: number): Promise<number>;
   /** The count in the current window without adding one. */
   peekAttempts(key: string, now: number): Promise<number>;

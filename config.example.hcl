@@ -1,0 +1,91 @@
+# Pinpoint demo configuration: what `npm start` runs. Check it with
+#   npx pinpoint check --config config.example.hcl
+# Relative paths below are resolved against the folder of this file.
+
+# The issuer: the URL clients and resource servers know this server by. No trailing slash;
+# https unless the host is loopback (127.0.0.1, ::1, localhost). It may carry a path, e.g.
+# "https://example.org/auth", and every endpoint is then served under /auth.
+base_url = "http://127.0.0.1:8080"
+
+# Address and port to listen on ("host:port", or "[::1]:8080" for IPv6). Default 127.0.0.1:8080.
+listen = "127.0.0.1:8080"
+
+# How long an access token is valid. Durations are Go-style (90s, 15m, 1h30m, 720h) plus d
+# for days (30d). Default 1h.
+access_token_lifetime = "1h"
+
+# fatal, error, warn, info (default), debug, trace or silent. No level ever logs a token,
+# code, secret or password.
+log_level = "info"
+
+# TLS. mode "off" (default): plain HTTP, for loopback; "proxy": a reverse proxy terminates
+# TLS in front of Pinpoint; "terminate": Pinpoint serves HTTPS itself with these files.
+tls {
+  mode = "off"
+  # cert_file = "tls/cert.pem"
+  # key_file  = "tls/key.pem"
+}
+
+# Where keys, grants, refresh tokens and sessions live. Without this block everything is kept
+# in memory and lost on restart. Give exactly one of:
+#   path = SQLite database file;
+#   url  = PostgreSQL, for several Pinpoint instances sharing one database, with optional
+#          schema = "public" (the default) and password_file = "secrets/db-password".
+state {
+  path = "data/pinpoint.db"
+  # url           = "postgres://pinpoint@db.internal:5432/pinpoint"
+  # schema        = "public"
+  # password_file = "secrets/db-password"
+}
+
+# A local account for the sign-in page (repeatable; the label is the user name).
+# password_hash comes from:  printf 'wonderland' | npx pinpoint hash-password
+# The demo password of alice is "wonderland".
+user "alice" {
+  password_hash = "scrypt$N=32768,r=8,p=1$f4uHu7UyGPJy08sxsNOP3w$k5Bd1Dv-bSYTNE4WIU2LlGtlZWE8JyVhEAyEUD4G0hI"
+  email         = "alice@example.org"   # optional, for the email claim
+  name          = "Alice Example"       # optional, for the name claim
+}
+
+# Sign-in through an upstream OpenID Connect provider (optional, repeatable):
+# federation "campus" {
+#   issuer        = "https://idp.example.org"      # https unless loopback
+#   client_id     = "pinpoint"                     # Pinpoint's client_id at that provider
+#   secret_file   = "secrets/campus"               # file holding the matching client secret
+#   scopes        = ["openid", "email", "profile"] # the default; must contain openid
+#   subject_claim = "sub"                          # optional: claim used as the subject
+# }
+
+# A client; the label is its client_id.
+client "webapp" {
+  # With secret_file the client is confidential and authenticates with HTTP Basic; without it,
+  # public. The file holds the secret (one trailing newline ignored) and should be chmod 600.
+  secret_file = "secrets/webapp.secret"
+
+  # Exact redirect URIs (absolute, no fragment). A confidential client without any may only
+  # use client_credentials.
+  redirect_uris = ["http://127.0.0.1:9000/callback"]
+
+  # The resource servers its tokens are for. A token holds them all in aud unless the client
+  # names one with the resource parameter (RFC 8707). Only an absolute URI without "#" can be
+  # named: "billing" (a logical name) and the "#v2" entry stay audience-only.
+  audience = [
+    "https://api.example.org/",
+    "https://files.example.org",
+    "billing",
+    "https://docs.example.org/#v2",
+  ]
+
+  # With refresh_lifetime the client gets refresh tokens, each valid this long after issue.
+  refresh_lifetime = "720h"
+
+  # Scopes the client may ask for. Default ["openid", "profile", "email"].
+  scopes = ["openid", "profile", "email", "ssh"]
+}
+
+# A device client (RFC 8628, e.g. a TV): always public, no secret_file, no redirect_uris.
+client "tv" {
+  device           = true
+  audience         = ["https://api.example.org/"]
+  refresh_lifetime = "720h"
+}

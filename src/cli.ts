@@ -1,0 +1,147 @@
+#!/usr/bin/env node
+import { parseArgs } from 'node:util';
+import { ConfigInvalid, formatProblem, loadConfig } from './config/load.js';
+import { describeConfig, describeInvalid, renderReport, type CheckReport, type ProbeResult } from './config/report.js';
+import type { Config } from './config/types.js';
+import { hashPassword } from './login/password.js';
+
+const USAGE = `usage:
+  pinpoint serve --config FILE            run the server (PINPOINT_CONFIG may replace --config)
+  pinpoint check --config FILE [--json] [--probe]
+                                          validate the configuration and show what it sets up;
+                                          --probe also asks each federation issuer for its metadata
+  pinpoint hash-password                  read a password on stdin, print its password_hash
+`;
+
+const PROBE_TIMEOUT_MS = 5000;
+
+/** Exit codes: 0 done, 1 the config or input is wrong, 2 the command line is wrong. */
+class UsageError extends Error {}
+
+async function main(argv: readonly string[]): Promise<number> {
+  const [command, ...rest] = argv;
+  const { values } = parseArgs({
+    args: [...rest],
+    options: {
+      config: { type: 'string', short: 'c' },
+      json: { type: 'boolean', default: false },
+      probe: { type: 'boolean', default: false },
+      help: { type: 'boolean', short: 'h', default: false },
+    },
+    strict: true,
+    allowPositionals: false,
+  });
+  if (values.help || command === 'help' || command === '--help' || command === '-h') {
+    process.stdout.write(USAGE);
+    return 0;
+  }
+  const configFile = (): string => {
+    const file = values.config ?? process.env.PINPOINT_CONFIG;
+    if (!file) throw new UsageError('missing --config FILE');
+    return file;
+  };
+  const only = (allowed: readonly string[]): void => {
+    const extra = (['json', 'probe', 'config'] as const).find((name) => !allowed.includes(name) && values[name]);
+    if (extra) throw new UsageError(`${command} does not take --${extra}`);
+  };
+
+  switch (command) {
+    case 'serve':
+      only(['config']);
+      return serve(configFile());
+    case 'check':
+      only(['config', 'json', 'probe']);
+      return check(configFile(), values.json === true, values.probe === true);
+    case 'hash-password':
+      only([]);
+      return hashPasswordFromStdin();
+    case undefined:
+      throw new UsageError('missing command');
+    default:
+      throw new UsageError(`unknown command ${JSON.stringify(command)}`);
+  }
+}
+
+async function serve(file: string): Promise<number> {
+  let loaded: { config: Config; warnings: string[] };
+  try {
+    loaded = await loadConfig(file);
+  } catch (error) {
+    if (!(error instanceof ConfigInvalid)) throw error;
+    printWarnings(error.warnings);
+    process.stderr.write(`pinpoint: ${file} is not a valid configuration:\n${error.problems.map((p) => `  ${formatProblem(p)}\n`).join('')}`);
+    return 1;
+  }
+  printWarnings(loaded.warnings);
+  await (await import('./server.js')).serve(loaded.config, loaded.warnings);
+  return 0;
+}
+
+async function check(file: string, json: boolean, probe: boolean): Promise<number> {
+  let report: CheckReport;
+  try {
+    const { config, warnings } = await loadConfig(file);
+    report = describeConfig(config, warnings);
+    if (probe) report = await withProbes(report);
+  } catch (error) {
+    if (!(error instanceof ConfigInvalid)) throw error;
+    report = describeInvalid(file, error.problems, error.warnings);
+  }
+  process.stdout.write(json ? `${JSON.stringify(report, null, 2)}\n` : renderReport(report));
+  return report.valid ? 0 : 1;
+}
+
+async function withProbes(report: CheckReport): Promise<CheckReport> {
+  const signIn = report.signIn;
+  if (!signIn) return report;
+  const federations = await Promise.all(signIn.federations.map(async (federation) => ({ ...federation, probe: await probeIssuer(federation.issuer) })));
+  return { ...report, signIn: { ...signIn, federations } };
+}
+
+/** OpenID Connect Discovery §4: the document must exist and name exactly this issuer. */
+async function probeIssuer(issuer: string): Promise<ProbeResult> {
+  const url = `${issuer.replace(/\/$/, '')}/.well-known/openid-configuration`;
+  try {
+    const response = await fetch(url, { signal: AbortSignal.timeout(PROBE_TIMEOUT_MS), headers: { accept: 'application/json' } });
+    if (!response.ok) return { ok: false, detail: `${url} answered HTTP ${response.status}` };
+    const document = (await response.json()) as { issuer?: unknown };
+    if (document.issuer !== issuer) return { ok: false, detail: `the document names issuer ${JSON.stringify(document.issuer)}, not ${JSON.stringify(issuer)}` };
+    return { ok: true, detail: 'the discovery document answers and its issuer matches' };
+  } catch (error) {
+    if (error instanceof Error && error.name === 'TimeoutError') return { ok: false, detail: `no answer from ${url} within ${PROBE_TIMEOUT_MS / 1000} s` };
+    const cause = error instanceof Error && error.cause instanceof Error ? `: ${error.cause.message}` : '';
+    return { ok: false, detail: `${url} could not be read (${error instanceof Error ? error.message : String(error)}${cause})` };
+  }
+}
+
+async function hashPasswordFromStdin(): Promise<number> {
+  if (process.stdin.isTTY) process.stderr.write('Type the password, press Enter, then Ctrl-D (the text is shown as you type; pipe it in to avoid that).\n');
+  const chunks: Buffer[] = [];
+  for await (const chunk of process.stdin) chunks.push(chunk as Buffer);
+  const password = Buffer.concat(chunks).toString('utf8').replace(/\r?\n$/, '');
+  if (password.length === 0) {
+    process.stderr.write('pinpoint: refusing to hash an empty password\n');
+    return 1;
+  }
+  process.stdout.write(`${await hashPassword(password)}\n`);
+  return 0;
+}
+
+function printWarnings(warnings: readonly string[]): void {
+  for (const warning of warnings) process.stderr.write(`warning: ${warning}\n`);
+}
+
+try {
+  const code = await main(process.argv.slice(2));
+  // serve keeps running on its own handles; the other commands end here.
+  if (code !== 0 || process.argv[2] !== 'serve') process.exitCode = code;
+} catch (error) {
+  const usage = error instanceof UsageError || (error as NodeJS.ErrnoException).code?.startsWith('ERR_PARSE_ARGS');
+  if (usage) {
+    process.stderr.write(`pinpoint: ${(error as Error).message}\n${USAGE}`);
+    process.exitCode = 2;
+  } else {
+    process.stderr.write(`pinpoint: ${error instanceof Error ? error.message : String(error)}\n`);
+    process.exitCode = 1;
+  }
+}
