@@ -132,11 +132,9 @@ function printWarnings(warnings: readonly string[]): void {
 }
 
 try {
-  const code = await main(process.argv.slice(2));
-  // serve keeps running on its own handles; the other commands end here.
-  if (code !== 0 || process.argv[2] !== 'serve') process.exitCode = code;
+  process.exitCode = await main(process.argv.slice(2));
 } catch (error) {
-  const usage = error instanceof UsageError || (error as NodeJS.ErrnoException).code?.startsWith('ERR_PARSE_ARGS');
+  const usage = error instanceof UsageError || String((error as NodeJS.ErrnoException | null)?.code).startsWith('ERR_PARSE_ARGS');
   if (usage) {
     process.stderr.write(`pinpoint: ${(error as Error).message}\n${USAGE}`);
     process.exitCode = 2;

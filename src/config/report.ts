@@ -147,8 +147,8 @@ export function renderReport(report: CheckReport): string {
         ['scopes', client.scopes.length > 0 ? client.scopes.join(' ') : '(none)'],
       ]).map((line) => `  ${line}`),
     );
-    const rows: [string, string][] = [['audience', 'requestable as resource']];
-    for (const entry of client.audience) rows.push([entry.value, entry.requestable ? 'yes' : `no (${entry.reason})`]);
+    const rows: [string, string][] = [['audience', 'requestable']];
+    for (const entry of client.audience) rows.push([`  ${entry.value}`, entry.requestable ? 'yes' : `no (${entry.reason})`]);
     lines.push(...table(rows).map((line) => `  ${line}`));
   }
   appendWarnings(lines, report.warnings);
