@@ -1,4 +1,6 @@
 import hcl from 'hcl2-parser';
+import { LABELED_BLOCKS, SINGLE_BLOCKS } from './blocks.js';
+import { SourceIndex } from './source-index.js';
 import type { ConfigProblem } from './types.js';
 
 export type HclBody = Record<string, unknown>;
@@ -37,7 +39,20 @@ async function syntaxProblems(file: string, text: string): Promise<ConfigProblem
     message = error instanceof Error ? error.message : String(error);
   }
   const problems = splitDiagnostics(message).map(({ line, column, reason }) => ({ file, line, column, message: reason }));
-  return problems.length > 0 ? problems : [{ file, message: `syntax error: ${message}` }];
+  if (problems.length > 0) return problems;
+  return [conversionProblem(file, text, message)];
+}
+
+// Valid HCL that hcl2json cannot shape into JSON: blocks of one type with different numbers of labels.
+function conversionProblem(file: string, text: string, message: string): ConfigProblem {
+  const reason = message.replace(/^(?:Error: )?(?:parse config: )?(?:convert[^:]*: )+/, '');
+  const type = /for "([^"]+)" block/.exec(reason)?.[1] ?? /Block to JSON: ([A-Za-z_][\w-]*)/.exec(reason)?.[1];
+  if (type === undefined) return { file, message: `cannot read this file: ${reason}` };
+  const blocks = new SourceIndex(text).entries.filter((entry) => entry.kind === 'block' && entry.parent === undefined && entry.name === type);
+  const expected = (SINGLE_BLOCKS as readonly string[]).includes(type) ? 0 : (LABELED_BLOCKS as readonly string[]).includes(type) ? 1 : blocks[0]?.labels.length;
+  const odd = blocks.find((entry) => entry.labels.length !== expected) ?? blocks[0];
+  const shape = expected === 0 ? `${type} { ... }` : expected === 1 ? `${type} "name" { ... }` : `the same labels on every ${type} block`;
+  return { file, ...(odd && { line: odd.line }), block: type, message: `every ${type} block must be written as ${shape} (${reason})` };
 }
 
 function splitDiagnostics(message: string): { line: number; column: number; reason: string }[] {

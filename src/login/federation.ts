@@ -1,6 +1,220 @@
-import type { FastifyPluginAsync } from 'fastify';
+/** GET /federation/start and /federation/callback: Pinpoint as an OpenID Connect relying party of an upstream. */
+import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
+import * as oidc from 'openid-client';
 import type { AppContext } from '../context.js';
+import type { FederationRecord } from '../config/types.js';
+import { OAuthError } from '../errors.js';
+import { readCookie } from '../http/cookies.js';
+import { parseParams, queryOf, single } from '../http/params.js';
+import { sendErrorPage } from '../http/render-error.js';
+import { USER_CLAIMS_KIND } from '../oauth/userinfo.js';
+import type { SubjectClaims } from '../store/types.js';
+import { digestOf } from '../tokens/mint.js';
+import { CSRF_COOKIE, csrfToken } from './csrf.js';
+import { expiredSignIn, finishSignIn } from './finish.js';
+import { findLoginIntent } from './intent.js';
+import { pageHeaders } from './pages.js';
+import { startSession } from './session.js';
 
-export function federationRoutes(_ctx: AppContext): FastifyPluginAsync {
-  return async () => {};
+/** What /federation/start keeps for the callback, keyed by `state`. */
+interface PendingFederation {
+  readonly loginId: string;
+  readonly upstream: string;
+  readonly codeVerifier: string;
+  readonly nonce: string;
+  /** SHA-256 of the browser's CSRF cookie: the callback must come back to the browser that started (RFC 6749 §10.12). */
+  readonly browser: string;
+}
+
+const FEDERATION_KIND = 'federation';
+const PENDING_LIFETIME_MS = 10 * 60_000;
+/** Claims of upstream subjects outlive the session so /userinfo can answer for refreshed tokens. */
+const SUBJECT_CLAIMS_LIFETIME_MS = 30 * 24 * 3600_000;
+/** Seconds; also applies to the token and userinfo requests made with the discovered configuration. */
+const UPSTREAM_TIMEOUT_SECONDS = 10;
+const STATE_PATTERN = /^[A-Za-z0-9_-]{16,128}$/;
+/** RFC 6749 §4.1.2.1: an error code is printable ASCII without `"` and `\`. */
+const ERROR_CODE_PATTERN = /^[\x20\x21\x23-\x5B\x5D-\x7E]{1,64}$/;
+
+const unknownUpstream = (): OAuthError => new OAuthError('invalid_request', 'there is no such sign-in method');
+const expiredUpstreamSignIn = (): OAuthError =>
+  new OAuthError('invalid_request', 'this sign-in has expired, was already used or was started in another browser; start again from the application');
+const unreachable = (upstream: FederationRecord): OAuthError =>
+  new OAuthError('temporarily_unavailable', `${upstream.name} cannot be reached right now; try again later`, 502);
+const failedExchange = (upstream: FederationRecord): OAuthError =>
+  new OAuthError('server_error', `the sign-in with ${upstream.name} could not be completed; try again later`, 502);
+
+/** Plain http is accepted only for an issuer on this machine (tests, local development). */
+function isLoopbackHttp(issuer: URL): boolean {
+  return issuer.protocol === 'http:' && ['127.0.0.1', 'localhost', '[::1]'].includes(issuer.hostname);
+}
+
+/** fetch rejects with a TypeError when the connection fails, and with a TimeoutError when the upstream is too slow. */
+function isNetworkFailure(error: unknown): boolean {
+  return error instanceof TypeError || (error instanceof Error && (error.name === 'TimeoutError' || error.name === 'AbortError'));
+}
+
+/** What an upstream failure may say in the log: its kind, never a response body, code or token. */
+function describeFailure(error: unknown): Record<string, string> {
+  if (!(error instanceof Error)) return { error: 'unknown' };
+  const code: unknown = (error as { code?: unknown }).code;
+  const cause: unknown = (error.cause as { code?: unknown } | undefined)?.code;
+  return {
+    error: error.name,
+    message: error.message.slice(0, 200),
+    ...(typeof code === 'string' && { code }),
+    ...(typeof cause === 'string' && { cause }),
+  };
+}
+
+export function federationRoutes(ctx: AppContext): FastifyPluginAsync {
+  const callbackUrl = `${ctx.issuer}/federation/callback`;
+  /** Discovery per upstream; a failed attempt is forgotten so the next sign-in tries again. */
+  const discovered = new Map<string, Promise<oidc.Configuration>>();
+
+  function configurationOf(upstream: FederationRecord): Promise<oidc.Configuration> {
+    const cached = discovered.get(upstream.name);
+    if (cached !== undefined) return cached;
+    const issuer = new URL(upstream.issuer);
+    const pending = oidc.discovery(issuer, upstream.clientId, undefined, oidc.ClientSecretBasic(upstream.clientSecret), {
+      timeout: UPSTREAM_TIMEOUT_SECONDS,
+      ...(isLoopbackHttp(issuer) && { execute: [oidc.allowInsecureRequests] }),
+    });
+    discovered.set(upstream.name, pending);
+    pending.catch(() => {
+      if (discovered.get(upstream.name) === pending) discovered.delete(upstream.name);
+    });
+    return pending;
+  }
+
+  /** Every upstream failure is a 502 page; the log says which step failed and how, without secrets. */
+  function upstreamFailed(
+    request: FastifyRequest,
+    reply: FastifyReply,
+    upstream: FederationRecord,
+    stage: 'discovery' | 'code exchange',
+    error: unknown,
+  ): FastifyReply {
+    request.log.warn({ upstream: upstream.name, stage, ...describeFailure(error) }, 'upstream sign-in failed');
+    return sendErrorPage(reply, stage === 'discovery' || isNetworkFailure(error) ? unreachable(upstream) : failedExchange(upstream));
+  }
+
+  /** The person's identity from the ID token, completed from userinfo when the ID token lacks email or name. */
+  async function identityOf(
+    request: FastifyRequest,
+    upstream: FederationRecord,
+    configuration: oidc.Configuration,
+    tokens: oidc.TokenEndpointResponse,
+    idToken: oidc.IDToken,
+  ): Promise<{ claims: Record<string, unknown>; identity: SubjectClaims }> {
+    let claims: Record<string, unknown> = { ...idToken };
+    const wantsMore =
+      (claims.email === undefined && upstream.scopes.includes('email')) || (claims.name === undefined && upstream.scopes.includes('profile'));
+    if (wantsMore && configuration.serverMetadata().userinfo_endpoint !== undefined) {
+      try {
+        const userinfo = await oidc.fetchUserInfo(configuration, tokens.access_token, idToken.sub);
+        claims = { ...userinfo, ...claims };
+      } catch (error) {
+        request.log.warn({ upstream: upstream.name, stage: 'userinfo', ...describeFailure(error) }, 'upstream userinfo failed; continuing with the ID token');
+      }
+    }
+    // An address the upstream says it has not verified is not passed on as the person's email.
+    const email = typeof claims.email === 'string' && claims.email_verified !== false ? claims.email : undefined;
+    const name = typeof claims.name === 'string' ? claims.name : undefined;
+    return { claims, identity: { ...(email !== undefined && { email }), ...(name !== undefined && { name }) } };
+  }
+
+  return async (app) => {
+    app.get('/federation/start', { config: { page: true } }, async (request, reply) => {
+      const params = parseParams(queryOf(request.url));
+      const loginId = single(params, 'login');
+      const intent = await findLoginIntent(ctx, loginId);
+      if (intent === undefined || loginId === undefined) return sendErrorPage(reply, expiredSignIn());
+      const upstream = ctx.config.federations.get(single(params, 'upstream') ?? '');
+      if (upstream === undefined) return sendErrorPage(reply, unknownUpstream());
+
+      let configuration: oidc.Configuration;
+      try {
+        configuration = await configurationOf(upstream);
+      } catch (error) {
+        return upstreamFailed(request, reply, upstream, 'discovery', error);
+      }
+      const state = oidc.randomState();
+      const nonce = oidc.randomNonce();
+      const codeVerifier = oidc.randomPKCECodeVerifier();
+      const pending: PendingFederation = {
+        loginId,
+        upstream: upstream.name,
+        codeVerifier,
+        nonce,
+        browser: digestOf(csrfToken(ctx, request, reply)),
+      };
+      await ctx.store.putTransient(FEDERATION_KIND, state, pending, ctx.now() + PENDING_LIFETIME_MS);
+      const target = oidc.buildAuthorizationUrl(configuration, {
+        redirect_uri: callbackUrl,
+        scope: upstream.scopes.join(' '),
+        code_challenge: await oidc.calculatePKCECodeChallenge(codeVerifier),
+        code_challenge_method: 'S256',
+        state,
+        nonce,
+      });
+      request.outcome = 'ok';
+      return pageHeaders(reply).redirect(target.href, 303);
+    });
+
+    app.get('/federation/callback', { config: { page: true } }, async (request, reply) => {
+      const query = queryOf(request.url);
+      const params = parseParams(query);
+      const state = single(params, 'state');
+      const pending =
+        state === undefined || !STATE_PATTERN.test(state) || (params.get('state')?.length ?? 0) > 1
+          ? undefined
+          : await ctx.store.takeTransient<PendingFederation>(FEDERATION_KIND, state, ctx.now());
+      const upstream = pending === undefined ? undefined : ctx.config.federations.get(pending.upstream);
+      const browserCookie = readCookie(request.headers.cookie, CSRF_COOKIE);
+      if (pending === undefined || upstream === undefined || browserCookie === undefined || digestOf(browserCookie) !== pending.browser) {
+        return sendErrorPage(reply, expiredUpstreamSignIn());
+      }
+
+      const upstreamError = single(params, 'error');
+      if (upstreamError !== undefined) {
+        const code = ERROR_CODE_PATTERN.test(upstreamError) ? upstreamError : 'an invalid error code';
+        request.log.info({ upstream: upstream.name, upstreamError: code }, 'upstream refused the sign-in');
+        return sendErrorPage(reply, new OAuthError('access_denied', `${upstream.name} did not sign you in (it answered "${code}")`, 400));
+      }
+
+      let configuration: oidc.Configuration;
+      try {
+        configuration = await configurationOf(upstream);
+      } catch (error) {
+        return upstreamFailed(request, reply, upstream, 'discovery', error);
+      }
+      let tokens: oidc.TokenEndpointResponse & oidc.TokenEndpointResponseHelpers;
+      let idToken: oidc.IDToken | undefined;
+      try {
+        // openid-client checks state, iss (RFC 9207), PKCE, and the ID token's signature, iss, aud, exp and nonce.
+        tokens = await oidc.authorizationCodeGrant(configuration, new URL(`${callbackUrl}?${query}`), {
+          expectedState: state,
+          expectedNonce: pending.nonce,
+          pkceCodeVerifier: pending.codeVerifier,
+          idTokenExpected: true,
+        });
+        idToken = tokens.claims();
+        if (idToken === undefined) throw new Error('the token response has no ID token');
+      } catch (error) {
+        return upstreamFailed(request, reply, upstream, 'code exchange', error);
+      }
+
+      const { claims, identity } = await identityOf(request, upstream, configuration, tokens, idToken);
+      const subjectValue = upstream.subjectClaim === undefined ? idToken.sub : claims[upstream.subjectClaim];
+      if (typeof subjectValue !== 'string' || subjectValue === '') {
+        request.log.warn({ upstream: upstream.name, subjectClaim: upstream.subjectClaim }, 'upstream sent no usable subject claim');
+        return sendErrorPage(reply, failedExchange(upstream));
+      }
+      const subject = `${upstream.name}:${subjectValue}`;
+      const session = await startSession(ctx, reply, subject, identity);
+      await ctx.store.putTransient(USER_CLAIMS_KIND, subject, identity, ctx.now() + SUBJECT_CLAIMS_LIFETIME_MS);
+      return finishSignIn(ctx, reply, pending.loginId, session);
+    });
+  };
 }

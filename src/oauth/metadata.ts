@@ -1,8 +1,9 @@
 /** Authorization server metadata (RFC 8414, OIDC Discovery) and the JWK Set. */
 import type { FastifyInstance, FastifyPluginAsync } from 'fastify';
 import type { AppContext } from '../context.js';
+import { DEVICE_CODE_GRANT } from './token.js';
 
-export const SUPPORTED_GRANT_TYPES = ['authorization_code', 'refresh_token', 'client_credentials'] as const;
+export const SUPPORTED_GRANT_TYPES = ['authorization_code', 'refresh_token', 'client_credentials', DEVICE_CODE_GRANT] as const;
 
 /** Lists exactly what is implemented; grows as endpoints land. */
 export function serverMetadata(ctx: AppContext): Record<string, unknown> {
@@ -14,6 +15,7 @@ export function serverMetadata(ctx: AppContext): Record<string, unknown> {
     issuer,
     authorization_endpoint: `${issuer}/authorize`,
     token_endpoint: `${issuer}/token`,
+    device_authorization_endpoint: `${issuer}/device_authorization`,
     userinfo_endpoint: `${issuer}/userinfo`,
     jwks_uri: `${issuer}/jwks`,
     scopes_supported: [...scopes],

@@ -8,15 +8,16 @@ import { countFailure, tooManyFailures } from '../http/failure-limit.js';
 import { authenticateClient, claimedClientId } from './client-auth.js';
 import { authorizationCodeGrant } from './grants/authorization-code.js';
 import { clientCredentialsGrant } from './grants/client-credentials.js';
+import { deviceCodeGrant } from './grants/device-code.js';
 import { runGrant, type GrantHandler } from './grants/grant.js';
 import { refreshTokenGrant } from './grants/refresh-token.js';
 
-export const DEVICE_CODE_GRANT = 'urn:ietf:params:oauth:grant-type:device_code';
+export const DEVICE_CODE_GRANT = deviceCodeGrant.grantType;
 
 export type GrantTable = ReadonlyMap<string, GrantHandler<unknown>>;
 
 export function grantTable(extra: readonly GrantHandler<unknown>[] = []): GrantTable {
-  const handlers = [authorizationCodeGrant, refreshTokenGrant, clientCredentialsGrant, ...extra] as GrantHandler<unknown>[];
+  const handlers = [authorizationCodeGrant, refreshTokenGrant, clientCredentialsGrant, deviceCodeGrant, ...extra] as GrantHandler<unknown>[];
   return new Map(handlers.map((handler) => [handler.grantType, handler]));
 }
 
@@ -46,7 +47,10 @@ export async function handleFormEndpoint(
     return reply.code(status ?? 200).header('Cache-Control', 'no-store').header('Pragma', 'no-cache').send(body);
   } catch (error) {
     const oauthError = toOAuthError(error, request);
-    countFailure(ctx, request, clientId, oauthError.status);
+    // RFC 8628 §3.5: authorization_pending and slow_down are how polling waits, not failed requests.
+    if (oauthError.code !== 'authorization_pending' && oauthError.code !== 'slow_down') {
+      countFailure(ctx, request, clientId, oauthError.status);
+    }
     return sendJsonError(reply, oauthError);
   }
 }

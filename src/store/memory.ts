@@ -56,7 +56,12 @@ export class MemoryStore implements Store {
   readonly #attempts = new Map<string, AttemptWindow>();
 
   async loadOrCreateKeys(candidates: readonly StoredKey[]): Promise<StoredKey[]> {
-    this.#keys ??= candidates.map((key) => Object.freeze({ ...key }));
+    if (this.#keys === undefined || this.#keys.length === 0) {
+      // The order the SQL stores read them in: oldest first, then by kid.
+      this.#keys = candidates
+        .map((key) => Object.freeze({ ...key }))
+        .sort((a, b) => a.createdAt - b.createdAt || (a.kid < b.kid ? -1 : a.kid > b.kid ? 1 : 0));
+    }
     return [...this.#keys];
   }
 

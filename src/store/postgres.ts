@@ -136,7 +136,7 @@ function statements(schema: string) {
     `DELETE FROM ${table} WHERE (${key}) IN (SELECT ${key} FROM ${table} WHERE ${condition} LIMIT ${SWEEP_BATCH} FOR UPDATE SKIP LOCKED)`;
   const texts = {
     ping: 'SELECT 1',
-    selectKeys: `SELECT kid, alg, private_jwk, created_at FROM ${keys} ORDER BY created_at, kid`,
+    selectKeys: `SELECT kid, alg, private_jwk, created_at FROM ${keys} ORDER BY created_at, kid COLLATE "C"`,
     insertKey: `INSERT INTO ${keys} (kid, alg, private_jwk, created_at) VALUES ($1, $2, $3, $4)`,
     lockKeys: `SELECT pg_advisory_xact_lock(${KEYS_LOCK})`,
     getGrant: `SELECT ${GRANT_COLUMNS} FROM ${grants} g WHERE g.id = $1`,

@@ -1,0 +1,321 @@
+/** The `pinpoint` command as an operator runs it: a real child process on real files. */
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { chmod, mkdir, mkdtemp, readFile, writeFile } from 'node:fs/promises';
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import { after, describe, test } from 'node:test';
+
+import { hashPassword, isPasswordHash, verifyPassword } from '../src/login/password.js';
+import { requestableReason } from '../src/policy/requestable.js';
+
+const CLI = resolve('src/cli.ts');
+const EXAMPLE = resolve('config.example.hcl');
+
+interface Run {
+  readonly code: number | null;
+  readonly stdout: string;
+  readonly stderr: string;
+}
+
+function run(args: readonly string[], options: { input?: string; env?: NodeJS.ProcessEnv } = {}): Promise<Run> {
+  return new Promise((resolvePromise, reject) => {
+    const child = spawn(process.execPath, ['--import', 'tsx', CLI, ...args], {
+      env: { ...process.env, PINPOINT_CONFIG: '', ...options.env },
+      stdio: ['pipe', 'pipe', 'pipe'],
+    });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
+    child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+    child.on('error', reject);
+    child.on('close', (code) => resolvePromise({ code, stdout, stderr }));
+    child.stdin.end(options.input ?? '');
+  });
+}
+
+/** The audience row of a client's table in the human output: entry, spaces, requestable column. */
+function audienceRow(stdout: string, entry: string): string | undefined {
+  return stdout.split('\n').find((line) => line.trim().startsWith(`${entry} `));
+}
+
+async function folderWith(files: Record<string, string>): Promise<string> {
+  const folder = await mkdtemp(join(tmpdir(), 'pinpoint-cli-'));
+  for (const [name, text] of Object.entries(files)) {
+    await mkdir(join(folder, name, '..'), { recursive: true });
+    await writeFile(join(folder, name), text);
+    await chmod(join(folder, name), 0o600);
+  }
+  return folder;
+}
+
+describe('pinpoint check', () => {
+  test('on config.example.hcl lists every client, kind and audience entry with the requestable column; exit 0', async () => {
+    const { code, stdout, stderr } = await run(['check', '--config', EXAMPLE]);
+    assert.equal(code, 0, stderr);
+    assert.match(stdout, /the configuration is valid/);
+    assert.match(stdout, /^issuer\s+http:\/\/127\.0\.0\.1:8080$/m);
+    assert.match(stdout, /^tls\s+off/m);
+    assert.match(stdout, /^sign-in\s+1 local user, no federation$/m);
+    assert.match(stdout, new RegExp(`^persistence\\s+SQLite ${resolve('data/pinpoint.db').replaceAll('/', '\\/')}$`, 'm'));
+    assert.match(stdout, /^client "webapp" \(confidential\)$/m);
+    assert.match(stdout, /^client "tv" \(device\)$/m);
+    assert.ok(stdout.indexOf('client "webapp"') < stdout.indexOf('client "tv"'), 'clients in config order');
+    assert.match(stdout, /^\s+audience\s+requestable$/m);
+    assert.match(audienceRow(stdout, 'https://api.example.org/') ?? '', /\syes$/);
+    assert.match(audienceRow(stdout, 'https://files.example.org') ?? '', /\syes$/);
+    assert.match(audienceRow(stdout, 'billing') ?? '', /\sno \(logical name\)$/);
+    assert.match(audienceRow(stdout, 'https://docs.example.org/#v2') ?? '', /\sno \(contains a fragment\)$/);
+    assert.match(stdout, /refresh lifetime\s+720h/);
+    assert.match(stdout, /scopes\s+openid profile email ssh/);
+    assert.match(stdout, /redirect URIs\s+http:\/\/127\.0\.0\.1:9000\/callback/);
+  });
+
+  test('--json prints one document with the same facts', async () => {
+    const { code, stdout } = await run(['check', '--config', EXAMPLE, '--json']);
+    assert.equal(code, 0);
+    const report = JSON.parse(stdout);
+    assert.equal(report.valid, true);
+    assert.deepEqual(report.problems, []);
+    assert.ok(Array.isArray(report.warnings));
+    assert.equal(report.issuer, 'http://127.0.0.1:8080');
+    assert.deepEqual(report.tls, { mode: 'off' });
+    assert.deepEqual(report.signIn, { users: 1, federations: [] });
+    assert.deepEqual(report.state, { kind: 'sqlite', path: resolve('data/pinpoint.db') });
+    assert.deepEqual(
+      report.clients.map((client: { clientId: string; kind: string }) => [client.clientId, client.kind]),
+      [
+        ['webapp', 'confidential'],
+        ['tv', 'device'],
+      ],
+    );
+    const [webapp, tv] = report.clients;
+    assert.deepEqual(webapp.redirectUris, ['http://127.0.0.1:9000/callback']);
+    assert.deepEqual(webapp.audience, [
+      { value: 'https://api.example.org/', requestable: true },
+      { value: 'https://files.example.org', requestable: true },
+      { value: 'billing', requestable: false, reason: 'logical name' },
+      { value: 'https://docs.example.org/#v2', requestable: false, reason: 'contains a fragment' },
+    ]);
+    assert.equal(webapp.refreshLifetime, '720h');
+    assert.deepEqual(webapp.scopes, ['openid', 'profile', 'email', 'ssh']);
+    assert.deepEqual(tv.audience, [{ value: 'https://api.example.org/', requestable: true }]);
+    assert.deepEqual(tv.redirectUris, []);
+  });
+
+  test('never prints a secret, a password hash or a database password', async () => {
+    const example = await readFile(EXAMPLE, 'utf8');
+    const hash = /password_hash\s*=\s*"([^"]+)"/.exec(example)?.[1];
+    assert.ok(hash && isPasswordHash(hash));
+    const folder = await folderWith({
+      'secrets/webapp.secret': 'webapp-demo-secret\n',
+      'secrets/db': 'db-file-password\n',
+      'secrets/campus': 'campus-client-secret\n',
+      'config.hcl': `${example.replace(/state \{[^}]*\}/, 'state {\n  url = "postgres://pin:url-password@db.internal:5433/auth"\n  schema = "pinpoint"\n  password_file = "secrets/db"\n}')}
+federation "campus" {
+  issuer = "https://idp.example.org"
+  client_id = "pinpoint"
+  secret_file = "secrets/campus"
+}
+`,
+    });
+    const human = await run(['check', '--config', join(folder, 'config.hcl')]);
+    const json = await run(['check', '--config', join(folder, 'config.hcl'), '--json']);
+    assert.equal(human.code, 0, human.stdout + human.stderr);
+    assert.equal(json.code, 0);
+    for (const output of [human.stdout + human.stderr, json.stdout + json.stderr]) {
+      for (const secret of ['webapp-demo-secret', 'db-file-password', 'url-password', 'campus-client-secret', hash, 'scrypt$']) {
+        assert.ok(!output.includes(secret), `output shows ${secret}`);
+      }
+    }
+    const report = JSON.parse(json.stdout);
+    assert.deepEqual(report.state, {
+      kind: 'postgres',
+      host: 'db.internal',
+      port: 5433,
+      database: 'auth',
+      schema: 'pinpoint',
+      user: 'pin',
+      passwordFrom: 'password_file',
+    });
+    assert.deepEqual(report.signIn.federations, [{ name: 'campus', issuer: 'https://idp.example.org', scopes: ['openid', 'email', 'profile'] }]);
+    assert.match(human.stdout, /^persistence\s+PostgreSQL db\.internal:5433 database auth schema pinpoint/m);
+    assert.match(human.stdout, /^sign-in\s+1 local user, 1 federation upstream$/m);
+  });
+
+  test('an invalid file exits 1 listing every problem with file:line', async () => {
+    const folder = await folderWith({
+      'config.hcl': `base_url = "https://auth.example.org/"
+client "webapp" {
+  redirect_uris = ["https://app.example.org/cb"]
+  audience = ["x"]
+  refresh_lifetime = "30 days"
+  colour = "blue"
+}
+`,
+    });
+    const file = join(folder, 'config.hcl');
+    const human = await run(['check', '--config', file]);
+    assert.equal(human.code, 1);
+    assert.match(human.stdout, /not valid \(4 problems\)/);
+    assert.ok(human.stdout.includes(`${file}:1: base_url "https://auth.example.org/" must not end with "/"`), human.stdout);
+    assert.ok(human.stdout.includes(`${file}:2: client "webapp": needs a person to sign in`));
+    assert.ok(human.stdout.includes(`${file}:5: client "webapp": refresh_lifetime "30 days" is not a duration; use e.g. 720h or 30d`));
+    assert.ok(human.stdout.includes(`${file}:6: client "webapp": unknown attribute "colour"`));
+
+    const json = await run(['check', '--config', file, '--json']);
+    assert.equal(json.code, 1);
+    const report = JSON.parse(json.stdout);
+    assert.equal(report.valid, false);
+    assert.equal(report.problems.length, 4);
+    assert.deepEqual(
+      report.problems.map((problem: { line?: number; block?: string }) => [problem.line, problem.block]),
+      [
+        [1, undefined],
+        [2, 'client "webapp"'],
+        [5, 'client "webapp"'],
+        [6, 'client "webapp"'],
+      ],
+    );
+    assert.ok(report.problems.every((problem: { file: string; text: string }) => problem.file === file && problem.text.startsWith(`${file}:`)));
+  });
+
+  test('a syntax error names line and column', async () => {
+    const folder = await folderWith({ 'config.hcl': 'base_url = "https://auth.example.org"\nclient "x" {\n  audience = \n}\n' });
+    const { code, stdout } = await run(['check', '--config', join(folder, 'config.hcl')]);
+    assert.equal(code, 1);
+    assert.ok(stdout.includes(`${join(folder, 'config.hcl')}:3:14: Invalid expression`), stdout);
+  });
+
+  test('PINPOINT_CONFIG replaces --config', async () => {
+    const { code, stdout } = await run(['check', '--json'], { env: { PINPOINT_CONFIG: EXAMPLE } });
+    assert.equal(code, 0);
+    assert.equal(JSON.parse(stdout).valid, true);
+  });
+
+  describe('--probe', () => {
+    const servers: Server[] = [];
+    after(() => servers.forEach((server) => server.close()));
+
+    async function discoveryServer(issuerOf: (origin: string) => string): Promise<string> {
+      const server = createServer((request, response) => {
+        const origin = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+        if (request.url !== '/.well-known/openid-configuration') {
+          response.writeHead(404).end();
+          return;
+        }
+        response.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ issuer: issuerOf(origin) }));
+      });
+      servers.push(server);
+      await new Promise<void>((ready) => server.listen(0, '127.0.0.1', ready));
+      return `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+    }
+
+    test('shows whether each upstream answers with a matching issuer', async () => {
+      const good = await discoveryServer((origin) => origin);
+      const wrong = await discoveryServer(() => 'https://someone-else.example');
+      const folder = await folderWith({
+        'secrets/upstream': 'upstream-secret',
+        'config.hcl': `base_url = "http://127.0.0.1:8080"
+federation "good" {
+  issuer = "${good}"
+  client_id = "pinpoint"
+  secret_file = "secrets/upstream"
+}
+federation "wrong" {
+  issuer = "${wrong}"
+  client_id = "pinpoint"
+  secret_file = "secrets/upstream"
+}
+client "spa" {
+  redirect_uris = ["http://127.0.0.1:9000/cb"]
+  audience = ["https://api.example.org/"]
+}
+`,
+      });
+      const { code, stdout } = await run(['check', '--config', join(folder, 'config.hcl'), '--probe', '--json']);
+      assert.equal(code, 0, stdout);
+      const federations = JSON.parse(stdout).signIn.federations as { name: string; probe: { ok: boolean; detail: string } }[];
+      assert.equal(federations.find((f) => f.name === 'good')?.probe.ok, true);
+      const mismatch = federations.find((f) => f.name === 'wrong')?.probe;
+      assert.equal(mismatch?.ok, false);
+      assert.match(mismatch?.detail ?? '', /someone-else/);
+      const human = await run(['check', '--config', join(folder, 'config.hcl'), '--probe']);
+      assert.match(human.stdout, /federation "good" .* probe: ok/);
+      assert.match(human.stdout, /federation "wrong" .* probe: FAILED/);
+      assert.match(human.stdout, /^client "spa" \(public\)$/m);
+    });
+  });
+});
+
+describe('pinpoint hash-password', () => {
+  test('prints one hash line that verifyPassword accepts for the password without its newline', async () => {
+    const { code, stdout, stderr } = await run(['hash-password'], { input: 'correct horse battery\n' });
+    assert.equal(code, 0, stderr);
+    assert.match(stdout, /^scrypt\$N=\d+,r=\d+,p=\d+\$[A-Za-z0-9_-]+\$[A-Za-z0-9_-]+\n$/);
+    const hash = stdout.trim();
+    assert.ok(isPasswordHash(hash));
+    assert.equal(await verifyPassword('correct horse battery', hash), true);
+    assert.equal(await verifyPassword('correct horse battery\n', hash), false);
+    assert.equal(await verifyPassword('correct horse', hash), false);
+  });
+
+  test('refuses an empty password', async () => {
+    for (const input of ['', '\n']) {
+      const { code, stdout, stderr } = await run(['hash-password'], { input });
+      assert.equal(code, 1);
+      assert.equal(stdout, '');
+      assert.match(stderr, /empty password/);
+    }
+  });
+});
+
+describe('command line mistakes exit 2 with the usage', () => {
+  for (const args of [['frobnicate'], [], ['check'], ['serve'], ['check', '--config', EXAMPLE, '--verbose'], ['hash-password', '--json']]) {
+    test(`pinpoint ${args.join(' ')}`, async () => {
+      const { code, stderr, stdout } = await run(args);
+      assert.equal(code, 2);
+      assert.match(stderr, /usage:/);
+      assert.equal(stdout, '');
+    });
+  }
+});
+
+describe('password hashes', () => {
+  test('salted: the same password hashes differently, both verify', async () => {
+    const [first, second] = await Promise.all([hashPassword('wonderland'), hashPassword('wonderland')]);
+    assert.notEqual(first, second);
+    assert.equal(await verifyPassword('wonderland', first), true);
+    assert.equal(await verifyPassword('wonderland', second), true);
+    assert.equal(await verifyPassword('Wonderland', first), false);
+  });
+
+  test('parameters are read from the hash, so they can be raised later', async () => {
+    const hash = await hashPassword('wonderland');
+    const [, , salt, key] = hash.split('$');
+    assert.equal(await verifyPassword('wonderland', `scrypt$N=16384,r=8,p=1$${salt}$${key}`), false, 'other parameters give another key');
+  });
+
+  test('a malformed hash gives false, not an exception', async () => {
+    const hash = await hashPassword('wonderland');
+    for (const bad of ['', 'wonderland', 'scrypt$', hash.replace('N=32768', 'N=1000'), hash.replace('N=32768', 'N=4194304'), hash.replace(/\$[^$]+$/, '$short'), `${hash}$extra`, hash.replace('scrypt', 'bcrypt')]) {
+      assert.equal(isPasswordHash(bad), false, bad);
+      assert.equal(await verifyPassword('wonderland', bad), false, bad);
+    }
+  });
+});
+
+describe('requestableReason', () => {
+  test('an absolute URI without fragment can be named; a logical name or a fragment cannot', () => {
+    assert.equal(requestableReason('https://api.example.org/'), undefined);
+    assert.equal(requestableReason('urn:example:billing'), undefined);
+    assert.equal(requestableReason('billing'), 'logical name');
+    assert.equal(requestableReason(''), 'logical name');
+    assert.equal(requestableReason('//api.example.org/'), 'logical name');
+    assert.equal(requestableReason('1http://x'), 'logical name');
+    assert.equal(requestableReason('https://docs.example.org/#v2'), 'contains a fragment');
+    assert.equal(requestableReason('billing#v2'), 'logical name');
+  });
+});

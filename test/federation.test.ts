@@ -1,0 +1,310 @@
+/** Upstream OpenID Connect sign-in against a real oidc-provider, over real sockets, driven like a browser. */
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+import { createLocalJWKSet, jwtVerify } from 'jose';
+import type { Config } from '../src/config/types.js';
+import { createLogger } from '../src/log.js';
+import { basic, form, pkce, REDIRECT, SECRET, testApp, testConfig, type TestApp } from './helpers/app.js';
+import { federation, freePort, startUpstream, upstreamEmail, type Upstream } from './helpers/upstream.js';
+
+/** fetch with one cookie jar per origin and redirects followed by hand, as a browser would. */
+class Browser {
+  readonly #jars = new Map<string, Map<string, string>>();
+
+  async request(url: string, init: { method?: string; body?: string } = {}): Promise<Response> {
+    const target = new URL(url);
+    const jar = this.#jars.get(target.origin) ?? new Map<string, string>();
+    this.#jars.set(target.origin, jar);
+    const headers: Record<string, string> = {};
+    if (jar.size > 0) headers.cookie = [...jar].map(([name, value]) => `${name}=${value}`).join('; ');
+    if (init.body !== undefined) headers['content-type'] = 'application/x-www-form-urlencoded';
+    const response = await fetch(target, { method: init.method ?? 'GET', body: init.body, headers, redirect: 'manual' });
+    for (const line of response.headers.getSetCookie()) {
+      const [pair = '', ...attributes] = line.split(';');
+      const eq = pair.indexOf('=');
+      const name = pair.slice(0, eq).trim();
+      const value = pair.slice(eq + 1).trim();
+      const expired = attributes.some((a) => /^\s*max-age=0\s*$/i.test(a) || /^\s*expires=.*1970/i.test(a));
+      if (expired || value === '') jar.delete(name);
+      else jar.set(name, value);
+    }
+    return response;
+  }
+
+  /** Follows redirects until a page answers, or until the next location starts with `stopAt` (not fetched). */
+  async navigate(url: string, init: { method?: string; body?: string } = {}, stopAt?: string): Promise<{ url: string; response: Response; body: string }> {
+    let current = url;
+    let response = await this.request(current, init);
+    for (let hops = 0; hops < 20 && response.status >= 300 && response.status < 400; hops += 1) {
+      const next = new URL(response.headers.get('location') ?? '', current).href;
+      if (stopAt !== undefined && next.startsWith(stopAt)) return { url: next, response, body: await response.text() };
+      current = next;
+      response = await this.request(current);
+    }
+    return { url: current, response, body: await response.text() };
+  }
+}
+
+/** The action of the page's first form, resolved against the page's URL. */
+function formAction(page: { url: string; body: string }): string {
+  const match = /<form[^>]*action="([^"]*)"/.exec(page.body);
+  assert.ok(match, `no form in ${page.url}: ${page.body.slice(0, 300)}`);
+  return new URL((match[1] as string).replace(/&amp;/g, '&'), page.url).href;
+}
+
+function federationLink(body: string): string {
+  const match = /href="([^"]*\/federation\/start[^"]*)"/.exec(body);
+  assert.ok(match, 'the sign-in page has no upstream link');
+  return (match[1] as string).replace(/&amp;/g, '&');
+}
+
+function authorizeQuery(challenge: string, state = 'st-fed', nonce = 'n-fed'): string {
+  return form([
+    ['response_type', 'code'],
+    ['client_id', 'webapp'],
+    ['redirect_uri', REDIRECT],
+    ['scope', 'openid profile email'],
+    ['state', state],
+    ['nonce', nonce],
+    ['code_challenge', challenge],
+    ['code_challenge_method', 'S256'],
+  ]);
+}
+
+/** Signs in at the upstream's dev interactions (any login) and confirms consent; ends at Pinpoint's callback. */
+async function upstreamSignIn(browser: Browser, upstreamUrl: string, login: string): Promise<{ url: string; response: Response; body: string }> {
+  const loginPage = await browser.navigate(upstreamUrl);
+  assert.equal(loginPage.response.status, 200, loginPage.body.slice(0, 300));
+  assert.match(loginPage.body, /name="login"/);
+  const consentPage = await browser.navigate(formAction(loginPage), {
+    method: 'POST',
+    body: form([['prompt', 'login'], ['login', login], ['password', 'anything']]),
+  });
+  assert.equal(consentPage.response.status, 200, consentPage.body.slice(0, 300));
+  assert.match(consentPage.body, /name="prompt" value="consent"/);
+  return browser.navigate(formAction(consentPage), { method: 'POST', body: form([['prompt', 'consent']]) }, REDIRECT);
+}
+
+interface Pinpoint extends TestApp {
+  readonly baseUrl: string;
+  readonly logLines: string[];
+}
+
+async function startPinpoint(port: number, overrides: Partial<Config>): Promise<Pinpoint> {
+  const baseUrl = `http://127.0.0.1:${port}`;
+  const logLines: string[] = [];
+  const logger = createLogger('trace', { write: (line: string) => void logLines.push(line) });
+  const t = await testApp({ config: await testConfig({ baseUrl, ...overrides }), logger });
+  await t.app.listen({ host: '127.0.0.1', port });
+  return { ...t, baseUrl, logLines };
+}
+
+async function exchange(pinpoint: Pinpoint, code: string, verifier: string): Promise<Response> {
+  return fetch(`${pinpoint.baseUrl}/token`, {
+    method: 'POST',
+    headers: { authorization: basic('webapp', SECRET), 'content-type': 'application/x-www-form-urlencoded' },
+    body: form([['grant_type', 'authorization_code'], ['code', code], ['redirect_uri', REDIRECT], ['code_verifier', verifier]]),
+  });
+}
+
+function assertCleanErrorPage(page: { response: Response; body: string }, status: number): void {
+  assert.equal(page.response.status, status, page.body.slice(0, 500));
+  assert.match(page.response.headers.get('content-type') ?? '', /^text\/html/);
+  assert.match(page.body, /This request cannot be completed/);
+  assert.doesNotMatch(page.body, /\bat .*\(.*:\d+:\d+\)|node_modules|Error:/);
+}
+
+describe('federation: sign-in through an upstream OpenID Connect provider', () => {
+  let upstream: Upstream;
+  let pinpoint: Pinpoint;
+
+  before(async () => {
+    const port = await freePort();
+    upstream = await startUpstream(`http://127.0.0.1:${port}/federation/callback`);
+    pinpoint = await startPinpoint(port, { federations: new Map([['upstream', federation('upstream', upstream.issuer)]]) });
+  });
+  after(async () => {
+    await pinpoint.app.close();
+    await upstream.close();
+  });
+
+  test('authorize -> login page -> upstream login and consent -> callback -> code -> tokens for upstream:<sub>', async () => {
+    const browser = new Browser();
+    const { verifier, challenge } = pkce();
+    const loginPage = await browser.navigate(`${pinpoint.baseUrl}/authorize?${authorizeQuery(challenge)}`);
+    assert.equal(loginPage.response.status, 200);
+    assert.match(loginPage.body, /Sign in with upstream/);
+    assert.match(loginPage.body, /name="password"/, 'local users keep their form next to the upstream link');
+
+    const started = await browser.request(new URL(federationLink(loginPage.body), pinpoint.baseUrl).href);
+    assert.equal(started.status, 303);
+    const upstreamUrl = new URL(started.headers.get('location') ?? '');
+    assert.equal(upstreamUrl.origin, upstream.issuer);
+    assert.equal(upstreamUrl.searchParams.get('redirect_uri'), `${pinpoint.baseUrl}/federation/callback`);
+    assert.equal(upstreamUrl.searchParams.get('code_challenge_method'), 'S256');
+    assert.equal(upstreamUrl.searchParams.get('scope'), 'openid email profile');
+    assert.ok(upstreamUrl.searchParams.get('nonce'));
+    assert.ok(upstreamUrl.searchParams.get('state'));
+
+    const done = await upstreamSignIn(browser, upstreamUrl.href, 'bob');
+    const redirect = new URL(done.url);
+    assert.equal(`${redirect.origin}${redirect.pathname}`, REDIRECT);
+    assert.equal(redirect.searchParams.get('state'), 'st-fed');
+    assert.equal(redirect.searchParams.get('iss'), pinpoint.baseUrl);
+    const code = redirect.searchParams.get('code');
+    assert.ok(code);
+
+    const tokenResponse = await exchange(pinpoint, code, verifier);
+    assert.equal(tokenResponse.status, 200);
+    const tokens = (await tokenResponse.json()) as { access_token: string; id_token: string };
+    const jwks = createLocalJWKSet((await (await fetch(`${pinpoint.baseUrl}/jwks`)).json()) as Parameters<typeof createLocalJWKSet>[0]);
+    const idToken = await jwtVerify(tokens.id_token, jwks, { issuer: pinpoint.baseUrl, audience: 'webapp' });
+    assert.equal(idToken.payload.sub, 'upstream:bob');
+    assert.equal(idToken.payload.nonce, 'n-fed');
+    assert.equal(idToken.payload.email, upstreamEmail('bob'));
+    assert.equal(idToken.payload.name, 'Upstream bob');
+
+    const userinfo = await fetch(`${pinpoint.baseUrl}/userinfo`, { headers: { authorization: `Bearer ${tokens.access_token}` } });
+    assert.equal(userinfo.status, 200);
+    assert.deepEqual(await userinfo.json(), { sub: 'upstream:bob', email: upstreamEmail('bob'), name: 'Upstream bob' });
+
+    // The callback URL is single use: replaying it (the state was taken) gives a 400 page.
+    const callbackUrl = new URL(done.response.url);
+    assert.equal(callbackUrl.pathname, '/federation/callback');
+    const replayed = await browser.navigate(callbackUrl.href);
+    assertCleanErrorPage(replayed, 400);
+    assert.match(replayed.body, /expired, was already used/);
+
+    // The session now exists: a second /authorize completes without any sign-in.
+    const again = await browser.navigate(`${pinpoint.baseUrl}/authorize?${authorizeQuery(pkce().challenge, 'st-2')}`, {}, REDIRECT);
+    assert.equal(new URL(again.url).searchParams.get('state'), 'st-2');
+
+    const secrets = [code, tokens.access_token, tokens.id_token, verifier, callbackUrl.searchParams.get('code') ?? 'x', callbackUrl.searchParams.get('state') ?? 'x'];
+    for (const line of pinpoint.logLines) {
+      for (const secret of secrets) assert.ok(!line.includes(secret), `log line holds a secret: ${line}`);
+    }
+    assert.ok(pinpoint.logLines.some((line) => line.includes('/federation/callback')), 'the access log saw the callback');
+  });
+
+  test('an unknown state, a missing one, or a callback reaching another browser gives a 400 page', async () => {
+    const browser = new Browser();
+    const unknown = await browser.navigate(`${pinpoint.baseUrl}/federation/callback?code=abc&state=${'A'.repeat(43)}`);
+    assertCleanErrorPage(unknown, 400);
+    const missing = await browser.navigate(`${pinpoint.baseUrl}/federation/callback?code=abc`);
+    assertCleanErrorPage(missing, 400);
+
+    const loginPage = await browser.navigate(`${pinpoint.baseUrl}/authorize?${authorizeQuery(pkce().challenge)}`);
+    const started = await browser.request(new URL(federationLink(loginPage.body), pinpoint.baseUrl).href);
+    const state = new URL(started.headers.get('location') ?? '').searchParams.get('state') ?? '';
+    const otherBrowser = new Browser();
+    const elsewhere = await otherBrowser.navigate(`${pinpoint.baseUrl}/federation/callback?code=abc&state=${state}`);
+    assertCleanErrorPage(elsewhere, 400);
+  });
+
+  test('an unknown upstream name or an expired login gives a 400 page', async () => {
+    const browser = new Browser();
+    const loginPage = await browser.navigate(`${pinpoint.baseUrl}/authorize?${authorizeQuery(pkce().challenge)}`);
+    const link = new URL(federationLink(loginPage.body), pinpoint.baseUrl);
+    link.searchParams.set('upstream', 'nope');
+    assertCleanErrorPage(await browser.navigate(link.href), 400);
+    link.searchParams.set('upstream', 'upstream');
+    link.searchParams.set('login', 'x'.repeat(24));
+    assertCleanErrorPage(await browser.navigate(link.href), 400);
+  });
+
+  test('the person cancels at the upstream: its access_denied is shown on a 400 page', async () => {
+    const browser = new Browser();
+    const loginPage = await browser.navigate(`${pinpoint.baseUrl}/authorize?${authorizeQuery(pkce().challenge)}`);
+    const started = await browser.request(new URL(federationLink(loginPage.body), pinpoint.baseUrl).href);
+    const upstreamLogin = await browser.navigate(started.headers.get('location') ?? '');
+    const abort = /href="([^"]*\/abort)"/.exec(upstreamLogin.body);
+    assert.ok(abort, 'the upstream login page has a cancel link');
+    const page = await browser.navigate(new URL(abort[1] as string, upstreamLogin.url).href, {}, REDIRECT);
+    assert.equal(new URL(page.url).pathname, '/federation/callback');
+    assertCleanErrorPage(page, 400);
+    assert.match(page.body, /access_denied/);
+    assert.match(page.body, /upstream did not sign you in \(it answered &#34;access_denied&#34;\)/);
+  });
+
+  test("an upstream error code is escaped on the page", async () => {
+    const browser = new Browser();
+    const loginPage = await browser.navigate(`${pinpoint.baseUrl}/authorize?${authorizeQuery(pkce().challenge)}`);
+    const started = await browser.request(new URL(federationLink(loginPage.body), pinpoint.baseUrl).href);
+    const state = new URL(started.headers.get('location') ?? '').searchParams.get('state') ?? '';
+    const page = await browser.navigate(`${pinpoint.baseUrl}/federation/callback?${form([['error', '<script>alert(1)</script>'], ['state', state]])}`);
+    assertCleanErrorPage(page, 400);
+    assert.doesNotMatch(page.body, /<script>/);
+    assert.match(page.body, /&#60;script&#62;alert\(1\)&#60;\/script&#62;/);
+  });
+});
+
+describe('federation: an upstream that is down, then back', () => {
+  let pinpoint: Pinpoint;
+  let downPort: number;
+  let upstream: Upstream | undefined;
+
+  before(async () => {
+    const port = await freePort();
+    downPort = await freePort();
+    pinpoint = await startPinpoint(port, {
+      federations: new Map([['campus', federation('campus', `http://127.0.0.1:${downPort}`)]]),
+    });
+  });
+  after(async () => {
+    await pinpoint.app.close();
+    await upstream?.close();
+  });
+
+  test('start answers a 502 page without a stack trace; discovery is retried once the upstream answers', async () => {
+    const browser = new Browser();
+    const loginPage = await browser.navigate(`${pinpoint.baseUrl}/authorize?${authorizeQuery(pkce().challenge)}`);
+    const link = new URL(federationLink(loginPage.body), pinpoint.baseUrl).href;
+    const down = await browser.navigate(link);
+    assertCleanErrorPage(down, 502);
+    assert.match(down.body, /campus cannot be reached/);
+    assert.ok(pinpoint.logLines.some((line) => line.includes('upstream sign-in failed') && line.includes('ECONNREFUSED')));
+
+    upstream = await startUpstream(`${pinpoint.baseUrl}/federation/callback`, downPort);
+    const up = await browser.request(link);
+    assert.equal(up.status, 303);
+    assert.ok((up.headers.get('location') ?? '').startsWith(`${upstream.issuer}/`));
+  });
+});
+
+describe('federation: the only sign-in method', () => {
+  let upstream: Upstream;
+  let pinpoint: Pinpoint;
+
+  before(async () => {
+    const port = await freePort();
+    upstream = await startUpstream(`http://127.0.0.1:${port}/federation/callback`);
+    pinpoint = await startPinpoint(port, {
+      users: new Map(),
+      federations: new Map([['solo', federation('solo', upstream.issuer, { subjectClaim: 'email' })]]),
+    });
+  });
+  after(async () => {
+    await pinpoint.app.close();
+    await upstream.close();
+  });
+
+  test('with no local users and one upstream, /authorize goes straight to it; subject_claim names the subject', async () => {
+    const browser = new Browser();
+    const { verifier, challenge } = pkce();
+    const authorize = await browser.request(`${pinpoint.baseUrl}/authorize?${authorizeQuery(challenge)}`);
+    assert.equal(authorize.status, 303);
+    const start = new URL(authorize.headers.get('location') ?? '', pinpoint.baseUrl);
+    assert.equal(start.pathname, '/federation/start');
+    assert.equal(start.searchParams.get('upstream'), 'solo');
+    const started = await browser.request(start.href);
+    assert.equal(started.status, 303);
+    assert.ok((started.headers.get('location') ?? '').startsWith(`${upstream.issuer}/`));
+
+    const done = await upstreamSignIn(browser, started.headers.get('location') ?? '', 'carol');
+    const code = new URL(done.url).searchParams.get('code');
+    assert.ok(code, done.url);
+    const tokens = (await (await exchange(pinpoint, code, verifier)).json()) as { id_token: string };
+    const payload = JSON.parse(Buffer.from(tokens.id_token.split('.')[1] ?? '', 'base64url').toString()) as Record<string, unknown>;
+    assert.equal(payload.sub, `solo:${upstreamEmail('carol')}`);
+  });
+});

@@ -1,0 +1,175 @@
+/** GET/POST /userinfo through HTTP (DESIGN.md §4): only tokens that carry openid and were not narrowed. */
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+import type { FastifyInstance, LightMyRequestResponse } from 'fastify';
+import { AUDIENCE, ISSUER, SECRET, basic, claimsOf, exchangeCode, postToken, signInForCode, testApp, type TestApp } from './helpers/app.js';
+
+const API = AUDIENCE[0] as string;
+const FILES = AUDIENCE[1] as string;
+
+function userinfo(app: FastifyInstance, token: string | undefined, method: 'GET' | 'POST' = 'GET'): Promise<LightMyRequestResponse> {
+  return app.inject({
+    method,
+    url: '/userinfo',
+    headers: {
+      ...(token === undefined ? {} : { authorization: `Bearer ${token}` }),
+      ...(method === 'POST' ? { 'content-type': 'application/x-www-form-urlencoded' } : {}),
+    },
+    ...(method === 'POST' ? { payload: '' } : {}),
+  });
+}
+
+async function accessToken(app: FastifyInstance, options: { scope?: string; resources?: readonly string[]; named?: string } = {}): Promise<string> {
+  const grant = await signInForCode(app, {
+    ...(options.scope === undefined ? {} : { scope: options.scope }),
+    ...(options.resources === undefined ? {} : { resources: options.resources }),
+  });
+  const response = await exchangeCode(app, grant, options.named === undefined ? [] : [options.named]);
+  assert.equal(response.statusCode, 200, response.body);
+  return response.json().access_token as string;
+}
+
+function assertInvalidToken(response: LightMyRequestResponse): void {
+  assert.equal(response.statusCode, 401, response.body);
+  assert.match(String(response.headers['www-authenticate']), /^Bearer error="invalid_token"/);
+  assert.equal(response.headers['cache-control'], 'no-store');
+  assert.equal(response.body.includes('alice@example.org'), false);
+}
+
+describe('/userinfo', () => {
+  let t: TestApp;
+  before(async () => {
+    t = await testApp();
+  });
+  after(async () => t.app.close());
+
+  test('a token for the whole audience with openid profile email: sub, email and name', async () => {
+    const token = await accessToken(t.app);
+    assert.deepEqual(claimsOf(token).aud, AUDIENCE);
+    const response = await userinfo(t.app, token);
+    assert.equal(response.statusCode, 200, response.body);
+    assert.equal(response.headers['cache-control'], 'no-store');
+    assert.deepEqual(response.json(), { sub: 'alice', email: 'alice@example.org', name: 'Alice Example' });
+  });
+
+  test('the claims follow the scope', async () => {
+    assert.deepEqual((await userinfo(t.app, await accessToken(t.app, { scope: 'openid email' }))).json(), { sub: 'alice', email: 'alice@example.org' });
+    assert.deepEqual((await userinfo(t.app, await accessToken(t.app, { scope: 'openid profile' }))).json(), { sub: 'alice', name: 'Alice Example' });
+    assert.deepEqual((await userinfo(t.app, await accessToken(t.app, { scope: 'openid' }))).json(), { sub: 'alice' });
+  });
+
+  test('a token addressed to the issuer through a provider scope', async () => {
+    const token = await accessToken(t.app, { scope: 'openid email ssh' });
+    assert.equal(claimsOf(token).aud, ISSUER);
+    const response = await userinfo(t.app, token);
+    assert.equal(response.statusCode, 200, response.body);
+    assert.deepEqual(response.json(), { sub: 'alice', email: 'alice@example.org' });
+  });
+
+  test('a token named to the issuer at /token with a provider scope', async () => {
+    const token = await accessToken(t.app, { scope: 'openid ssh', named: ISSUER });
+    assert.equal((await userinfo(t.app, token)).statusCode, 200);
+  });
+
+  test('POST works too', async () => {
+    const response = await userinfo(t.app, await accessToken(t.app), 'POST');
+    assert.equal(response.statusCode, 200, response.body);
+    assert.equal(response.json().sub, 'alice');
+  });
+
+  test('a token narrowed to another resource server at /token: 401 invalid_token', async () => {
+    const token = await accessToken(t.app, { resources: [API, FILES], named: API });
+    assert.equal(claimsOf(token).aud, API);
+    assertInvalidToken(await userinfo(t.app, token));
+    assertInvalidToken(await userinfo(t.app, token, 'POST'));
+  });
+
+  test('a token narrowed at /authorize to part of the audience: 401 invalid_token', async () => {
+    const token = await accessToken(t.app, { resources: [API, FILES] });
+    assert.deepEqual(claimsOf(token).aud, [API, FILES]);
+    assertInvalidToken(await userinfo(t.app, token));
+  });
+
+  test('a token narrowed to one resource with no resource at /authorize: 401 invalid_token', async () => {
+    const token = await accessToken(t.app, { named: FILES });
+    assertInvalidToken(await userinfo(t.app, token));
+  });
+
+  test('a token without openid: 401 invalid_token', async () => {
+    assertInvalidToken(await userinfo(t.app, await accessToken(t.app, { scope: 'profile email' })));
+    const service = await postToken(t.app, [['grant_type', 'client_credentials'], ['scope', 'read']], basic('service', SECRET));
+    assert.equal(service.statusCode, 200, service.body);
+    assertInvalidToken(await userinfo(t.app, service.json().access_token));
+  });
+
+  test('a refreshed token narrowed to another resource server: 401; the whole grant again: 200', async () => {
+    const grant = await signInForCode(t.app);
+    const exchanged = (await exchangeCode(t.app, grant)).json();
+    const narrowed = await postToken(t.app, [
+      ['grant_type', 'refresh_token'],
+      ['refresh_token', exchanged.refresh_token],
+      ['resource', FILES],
+    ]);
+    assert.equal(narrowed.statusCode, 200, narrowed.body);
+    assertInvalidToken(await userinfo(t.app, narrowed.json().access_token));
+    const whole = await postToken(t.app, [['grant_type', 'refresh_token'], ['refresh_token', narrowed.json().refresh_token]]);
+    assert.equal((await userinfo(t.app, whole.json().access_token)).statusCode, 200);
+  });
+
+  test('no token: 401 with a Bearer challenge', async () => {
+    const response = await userinfo(t.app, undefined);
+    assert.equal(response.statusCode, 401);
+    assert.match(String(response.headers['www-authenticate']), /^Bearer/);
+    const post = await userinfo(t.app, undefined, 'POST');
+    assert.equal(post.statusCode, 401);
+  });
+
+  test('another scheme: 401', async () => {
+    const response = await t.app.inject({ method: 'GET', url: '/userinfo', headers: { authorization: basic('webapp', SECRET) } });
+    assert.equal(response.statusCode, 401);
+    assert.match(String(response.headers['www-authenticate']), /^Bearer/);
+  });
+
+  test('a garbage token: 401 invalid_token', async () => {
+    assertInvalidToken(await userinfo(t.app, 'garbage'));
+    assertInvalidToken(await userinfo(t.app, 'a.b.c'));
+  });
+
+  test('a token with a tampered payload: 401 invalid_token', async () => {
+    const token = await accessToken(t.app, { named: FILES });
+    const [header, , signature] = token.split('.');
+    const payload = { ...claimsOf(token), aud: AUDIENCE };
+    const forged = `${header}.${Buffer.from(JSON.stringify(payload)).toString('base64url')}.${signature}`;
+    assertInvalidToken(await userinfo(t.app, forged));
+  });
+
+  test('an ID token is not an access token: 401 invalid_token', async () => {
+    const grant = await signInForCode(t.app);
+    const idToken = (await exchangeCode(t.app, grant)).json().id_token as string;
+    assertInvalidToken(await userinfo(t.app, idToken));
+  });
+
+  test('a token from another server: 401 invalid_token', async () => {
+    const other = await testApp();
+    try {
+      assertInvalidToken(await userinfo(t.app, await accessToken(other.app)));
+    } finally {
+      await other.app.close();
+    }
+  });
+});
+
+describe('/userinfo and time', () => {
+  test('an expired token: 401 invalid_token', async () => {
+    let now = Date.now();
+    const t = await testApp({ now: () => now });
+    try {
+      const token = await accessToken(t.app);
+      assert.equal((await userinfo(t.app, token)).statusCode, 200);
+      now += 3600_000 + 120_000;
+      assertInvalidToken(await userinfo(t.app, token));
+    } finally {
+      await t.app.close();
+    }
+  });
+});
