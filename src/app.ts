@@ -65,7 +65,6 @@ export async function buildApp(options: BuildAppOptions): Promise<{ app: Fastify
   // One access-log line per request, with chosen fields only: never a query string, header or body.
   app.addHook('onResponse', async (request, reply) => {
     const line = {
-      reqId: request.id,
       method: request.method,
       path: request.url.split('?')[0],
       status: reply.statusCode,
@@ -87,7 +86,18 @@ export async function buildApp(options: BuildAppOptions): Promise<{ app: Fastify
     return reply.code(404).send({ error: 'not_found', error_description: 'no such endpoint' });
   });
 
-  await app.register(wellKnownAtRoot(ctx));
+  // RFC 8414 §3.1 copies of the metadata live outside the prefix, and answer CORS like the others (DESIGN.md §4).
+  await app.register(async (root) => {
+    const basePath = ctx.config.basePath;
+    registerCors(
+      root,
+      ctx.clientOrigins,
+      basePath === ''
+        ? {}
+        : { [`/.well-known/openid-configuration${basePath}`]: 'any', [`/.well-known/oauth-authorization-server${basePath}`]: 'any' },
+    );
+    await root.register(wellKnownAtRoot(ctx));
+  });
   await app.register(
     async (scoped) => {
       registerCors(scoped, ctx.clientOrigins, {

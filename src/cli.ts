@@ -15,7 +15,7 @@ const USAGE = `usage:
 
 const PROBE_TIMEOUT_MS = 5000;
 
-/** Exit codes: 0 done, 1 the config or input is wrong, 2 the command line is wrong. */
+/** A command-line mistake: usage on stderr and exit 2 (a wrong config or input exits 1). */
 class UsageError extends Error {}
 
 async function main(argv: readonly string[]): Promise<number> {
