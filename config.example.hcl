@@ -28,7 +28,7 @@ tls {
 
 # Where keys, grants, refresh tokens and sessions live. Without this block everything is kept
 # in memory and lost on restart. Give exactly one of:
-#   path = SQLite database file;
+#   path = SQLite database file (its folder is created when missing);
 #   url  = PostgreSQL, for several Pinpoint instances sharing one database, with optional
 #          schema = "public" (the default) and password_file = "secrets/db-password".
 state {

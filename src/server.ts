@@ -12,7 +12,10 @@ const SWEEP_INTERVAL_MS = 60_000;
 export async function serve(config: Config, warnings: readonly string[]): Promise<void> {
   const logger = createLogger(config.logLevel);
   for (const warning of warnings) logger.warn(warning);
-  const store = await openStore(config.state, { warn: (message) => logger.warn(message) });
+  const store = await openStore(config.state, { warn: (message) => logger.warn(message) }).catch((error: unknown) => {
+    const cause = (error as Error).cause instanceof Error ? `: ${((error as Error).cause as Error).message}` : '';
+    throw new Error(`cannot open the state store (${describeState(config)})${cause}`);
+  });
   const keys = await loadSigningKeys(store);
   const https =
     config.tls.mode === 'terminate' && config.tls.certFile !== undefined && config.tls.keyFile !== undefined
@@ -51,4 +54,13 @@ export async function serve(config: Config, warnings: readonly string[]): Promis
 
   await app.listen({ host: config.listen.host, port: config.listen.port });
   logger.info({ issuer: config.baseUrl, listen: `${config.listen.host}:${config.listen.port}`, state: store.description, tls: config.tls.mode }, 'pinpoint is serving');
+}
+
+/** The store as the operator configured it, without a password. */
+function describeState(config: Config): string {
+  const state = config.state;
+  if (state.kind === 'memory') return 'memory';
+  if (state.kind === 'sqlite') return `sqlite ${state.path}`;
+  const url = new URL(state.url);
+  return `postgres ${url.hostname}:${url.port || '5432'}${url.pathname}`;
 }

@@ -2,7 +2,12 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import type { FastifyInstance, LightMyRequestResponse } from 'fastify';
 import { createLocalJWKSet, jwtVerify } from 'jose';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import type { AppLimits } from '../src/context.js';
+import { SqliteStore } from '../src/store/sqlite.js';
+import type { Store } from '../src/store/types.js';
 import { digestOf } from '../src/tokens/mint.js';
 import {
   AUDIENCE,
@@ -26,12 +31,12 @@ const FORM = { 'content-type': 'application/x-www-form-urlencoded' };
 const START = Date.parse('2030-01-01T00:00:00Z');
 
 /** An app whose clock the test moves, with a second device client (`console`) that has the whole test audience. */
-async function deviceApp(options: { limits?: Partial<AppLimits> } = {}): Promise<TestApp & { advance(seconds: number): void }> {
+async function deviceApp(options: { limits?: Partial<AppLimits>; store?: Store } = {}): Promise<TestApp & { advance(seconds: number): void }> {
   const base = await testConfig();
   const clients = new Map(base.clients);
   clients.set('console', client({ clientId: 'console', kind: 'device', redirectUris: [], scopes: ['openid', 'profile', 'email', 'nfs'] }));
   let clock = START;
-  const t = await testApp({ config: { ...base, clients }, now: () => clock, limits: options.limits });
+  const t = await testApp({ config: { ...base, clients }, now: () => clock, limits: options.limits, store: options.store });
   return { ...t, advance: (seconds) => void (clock += seconds * 1000) };
 }
 
@@ -410,5 +415,35 @@ describe('the /device pages', () => {
     const response = await t.app.inject({ method: 'POST', url: '/device', headers: { 'content-type': 'application/json' }, payload: '{}' });
     assert.equal(response.statusCode, 415);
     assertPageHeaders(response);
+  });
+});
+
+describe('device flow on a real SQLite file', () => {
+  let t: Awaited<ReturnType<typeof deviceApp>>;
+  let folder: string;
+  before(async () => {
+    folder = await mkdtemp(join(tmpdir(), 'pinpoint-device-'));
+    t = await deviceApp({ store: new SqliteStore(join(folder, 'state.db')) });
+  });
+  after(async () => {
+    await t.app.close();
+    await t.store.close();
+    await rm(folder, { recursive: true, force: true });
+  });
+
+  test('pending, slow_down, approve, tokens once, refresh', async () => {
+    const { deviceCode, userCode } = await startDevice(t.app);
+    assertError(await poll(t.app, deviceCode), 400, 'authorization_pending');
+    assertError(await poll(t.app, deviceCode), 400, 'slow_down');
+    assert.equal((await t.store.findByDeviceCode(digestOf(deviceCode)))?.intervalSeconds, 10);
+    await decideThroughPages(t.app, userCode, 'approve');
+    t.advance(10);
+    const tokens = await poll(t.app, deviceCode);
+    assert.equal(tokens.statusCode, 200, tokens.body);
+    assert.equal(claimsOf(tokens.json().access_token).aud, API);
+    assertError(await poll(t.app, deviceCode), 400, 'invalid_grant');
+    const refreshed = await refreshAsTv(t.app, tokens.json().refresh_token, []);
+    assert.equal(refreshed.statusCode, 200, refreshed.body);
+    assert.equal(claimsOf(refreshed.json().access_token).aud, API);
   });
 });

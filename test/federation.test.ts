@@ -121,7 +121,12 @@ describe('federation: sign-in through an upstream OpenID Connect provider', () =
   before(async () => {
     const port = await freePort();
     upstream = await startUpstream(`http://127.0.0.1:${port}/federation/callback`);
-    pinpoint = await startPinpoint(port, { federations: new Map([['upstream', federation('upstream', upstream.issuer)]]) });
+    pinpoint = await startPinpoint(port, {
+      federations: new Map([
+        ['upstream', federation('upstream', upstream.issuer)],
+        ['misconfigured', federation('misconfigured', upstream.issuer, { clientSecret: 'not-the-secret' })],
+      ]),
+    });
   });
   after(async () => {
     await pinpoint.app.close();
@@ -224,6 +229,24 @@ describe('federation: sign-in through an upstream OpenID Connect provider', () =
     assertCleanErrorPage(page, 400);
     assert.match(page.body, /access_denied/);
     assert.match(page.body, /upstream did not sign you in \(it answered &#34;access_denied&#34;\)/);
+  });
+
+  test('a token request the upstream refuses (wrong client secret) gives a 502 page and a log line naming its error', async () => {
+    const browser = new Browser();
+    const loginPage = await browser.navigate(`${pinpoint.baseUrl}/authorize?${authorizeQuery(pkce().challenge)}`);
+    assert.match(loginPage.body, /Sign in with misconfigured/);
+    const link = new URL(federationLink(loginPage.body), pinpoint.baseUrl);
+    link.searchParams.set('upstream', 'misconfigured');
+    const started = await browser.request(link.href);
+    assert.equal(started.status, 303);
+    const done = await upstreamSignIn(browser, started.headers.get('location') ?? '', 'erin');
+    assertCleanErrorPage(done, 502);
+    assert.match(done.body, /the sign-in with misconfigured could not be completed/);
+    const code = new URL(done.response.url).searchParams.get('code') ?? 'no code';
+    const failure = pinpoint.logLines.find((line) => line.includes('upstream sign-in failed') && line.includes('"upstream":"misconfigured"'));
+    assert.ok(failure, 'a log line says the upstream sign-in failed');
+    assert.match(failure, /"upstreamError":"invalid_client"/);
+    assert.ok(!pinpoint.logLines.some((line) => line.includes(code) || line.includes('not-the-secret')), 'no log line holds the code or the secret');
   });
 
   test("an upstream error code is escaped on the page", async () => {

@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { isPasswordHash } from '../login/password.js';
+import { isAbsoluteUri } from '../policy/requestable.js';
 import { parseDuration } from './duration.js';
 import { parseBaseUrl, parseIssuerUrl } from './urls.js';
 
@@ -66,10 +67,9 @@ const scopeList = uniqueList(
   'scope names',
 );
 
-// RFC 3986 §3.1 scheme, and RFC 6749 §3.1.2: a redirection endpoint is absolute and has no fragment.
-const HAS_SCHEME = /^[A-Za-z][A-Za-z0-9+.-]*:/;
+// RFC 6749 §3.1.2: a redirection endpoint is an absolute URI without a fragment.
 const redirectUri = text().superRefine((value, context) => {
-  if (!HAS_SCHEME.test(value) || !URL.canParse(value)) {
+  if (!isAbsoluteUri(value) || !URL.canParse(value)) {
     context.addIssue({ code: 'custom', message: `${quote(value)} is not an absolute URI; write e.g. "https://app.example.org/callback"` });
   } else if (value.includes('#')) {
     context.addIssue({ code: 'custom', message: `${quote(value)} must not contain a fragment ("#...")` });

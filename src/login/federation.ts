@@ -64,7 +64,18 @@ function describeFailure(error: unknown): Record<string, string> {
     message: error.message.slice(0, 200),
     ...(typeof code === 'string' && { code }),
     ...(typeof cause === 'string' && { cause }),
+    ...upstreamAnswer(error),
   };
+}
+
+/** The upstream's HTTP status and OAuth error code (e.g. invalid_client for a wrong secret), never its description or body. */
+function upstreamAnswer(error: Error): Record<string, string> {
+  if (error instanceof oidc.ResponseBodyError) return { status: String(error.status), upstreamError: error.error.slice(0, 64) };
+  if (error instanceof oidc.WWWAuthenticateChallengeError) {
+    const code = error.cause.map((challenge) => challenge.parameters.error).find((value) => value !== undefined);
+    return { status: String(error.status), ...(code !== undefined && { upstreamError: code.slice(0, 64) }) };
+  }
+  return {};
 }
 
 export function federationRoutes(ctx: AppContext): FastifyPluginAsync {

@@ -1,0 +1,164 @@
+/**
+ * DESIGN.md §6: two concurrent uses of one refresh token give exactly one success, across instances
+ * too, and the loser's reuse revokes the grant (RFC 9700 §4.14.2); a refused refresh writes nothing.
+ * Real `pinpoint serve` processes over HTTP: SQLite with one process, PostgreSQL with two sharing a database.
+ */
+import assert from 'node:assert/strict';
+import { join } from 'node:path';
+import { after, before, describe, test } from 'node:test';
+import Database from 'better-sqlite3';
+import {
+  API,
+  FILES,
+  createDeployment,
+  createTestDatabase,
+  killAll,
+  refreshAt,
+  removeDeployment,
+  signInForTokens,
+  startPinpoint,
+  type Deployment,
+  type PinpointProcess,
+  type TestDatabase,
+  type TokenAnswer,
+} from './helpers/process.js';
+
+const POSTGRES_URL = process.env['PINPOINT_TEST_POSTGRES_URL'];
+const RACERS = 50;
+
+/** Sends RACERS refreshes of one token at once, spread round-robin over `servers`. */
+async function race(servers: readonly PinpointProcess[], refreshToken: string): Promise<TokenAnswer[]> {
+  return Promise.all(Array.from({ length: RACERS }, (_, i) => refreshAt((servers[i % servers.length] as PinpointProcess).baseUrl, refreshToken)));
+}
+
+/** Exactly one 200 and RACERS - 1 invalid_grant; then the grant is revoked and the log says so without the token. */
+async function assertOneWinnerThenRevoked(servers: readonly PinpointProcess[], refreshToken: string): Promise<void> {
+  const answers = await race(servers, refreshToken);
+  const statuses = answers.map((answer) => answer.status);
+  const winners = answers.filter((answer) => answer.status === 200);
+  assert.equal(winners.length, 1, `statuses: ${statuses.join(' ')}`);
+  for (const loser of answers.filter((answer) => answer.status !== 200)) {
+    assert.equal(loser.status, 400, loser.text);
+    assert.equal(loser.body['error'], 'invalid_grant', loser.text);
+  }
+  const winner = winners[0] as TokenAnswer;
+  const next = winner.body['refresh_token'];
+  assert.equal(typeof next, 'string');
+  assert.notEqual(next, refreshToken);
+
+  // The losers were reuse: the grant is gone, so even the winner's fresh token is refused, at every instance.
+  for (const server of servers) {
+    const after = await refreshAt(server.baseUrl, next as string);
+    assert.equal(after.status, 400, after.text);
+    assert.equal(after.body['error'], 'invalid_grant');
+  }
+
+  // SIGTERM flushes the (asynchronously written) log before the process exits.
+  for (const exit of await Promise.all(servers.map((server) => server.stop('SIGTERM')))) assert.equal(exit.code, 0);
+  const warnings = servers.flatMap((server) => server.logs).filter((record) => record['level'] === 40 && /reuse/.test(String(record['msg'])));
+  assert.ok(warnings.length >= 1, 'a warn line reports the reuse');
+  const grantIds = new Set(warnings.map((record) => record['grant_id']));
+  assert.equal(grantIds.size, 1, 'all reuse warnings name the same grant');
+  for (const record of warnings) {
+    assert.equal(record['client_id'], 'webapp');
+    assert.match(String(record['grant_id']), /\S{8,}/);
+  }
+  for (const server of servers) {
+    for (const secret of [refreshToken, next as string, winner.body['access_token'] as string]) {
+      assert.ok(!server.output.includes(secret), 'no log line holds a token');
+    }
+  }
+}
+
+describe('SQLite, one pinpoint process', () => {
+  let deployment: Deployment | undefined;
+  let server: PinpointProcess | undefined;
+  const database = (): string => join((deployment as Deployment).folder, 'state', 'pinpoint.db');
+
+  before(async () => {
+    deployment = await createDeployment({ state: { path: 'state/pinpoint.db' } });
+    server = await startPinpoint(deployment);
+  });
+  after(async () => {
+    await killAll([server]);
+    await removeDeployment(deployment);
+  });
+
+  test('a refused refresh writes nothing and leaves the refresh token usable', async () => {
+    const live = server as PinpointProcess;
+    const tokens = await signInForTokens(live.baseUrl, { resources: [API] });
+    const snapshot = (): { grants: number; tokens: number; rows: unknown[] } => {
+      const db = new Database(database(), { readonly: true, fileMustExist: true });
+      try {
+        return {
+          grants: (db.prepare('SELECT count(*) AS n FROM grants').get() as { n: number }).n,
+          tokens: (db.prepare('SELECT count(*) AS n FROM refresh_tokens').get() as { n: number }).n,
+          rows: db.prepare('SELECT digest, grant_id, status, expires_at FROM refresh_tokens ORDER BY digest').all(),
+        };
+      } finally {
+        db.close();
+      }
+    };
+    const before = snapshot();
+    assert.ok(before.grants >= 1 && before.tokens >= 1);
+
+    const refused: [readonly string[], string, string][] = [
+      [['https://evil.example.org/'], 'invalid_target', 'resource "https://evil.example.org/" is not one this client may ask a token for'],
+      [[FILES], 'invalid_target', `resource "${FILES}" was not part of the authorization`],
+      [['billing'], 'invalid_target', 'resource "billing" is not one this client may ask a token for'],
+      [[API, API], 'invalid_request', 'resource appears more than once'],
+    ];
+    for (const [resources, error, description] of refused) {
+      const answer = await refreshAt(live.baseUrl, tokens.refresh_token, resources);
+      assert.equal(answer.status, 400, answer.text);
+      assert.deepEqual(answer.body, { error, error_description: description });
+    }
+    assert.deepEqual(snapshot(), before, 'no row of grants or refresh_tokens changed');
+
+    const again = await refreshAt(live.baseUrl, tokens.refresh_token, [API]);
+    assert.equal(again.status, 200, again.text);
+    const afterwards = snapshot();
+    assert.equal(afterwards.grants, before.grants);
+    assert.equal(afterwards.tokens, before.tokens + 1, 'the accepted refresh added its successor');
+  });
+
+  test(`${RACERS} concurrent refreshes of one token: exactly one 200, then the grant is revoked`, async () => {
+    const live = server as PinpointProcess;
+    const tokens = await signInForTokens(live.baseUrl, { resources: [API] });
+    await assertOneWinnerThenRevoked([live], tokens.refresh_token);
+  });
+});
+
+if (POSTGRES_URL === undefined) {
+  test('PostgreSQL, two pinpoint processes sharing one database', (t) => {
+    t.skip('PINPOINT_TEST_POSTGRES_URL not set: set it (e.g. postgres://postgres@127.0.0.1:5432/test) to race two instances on PostgreSQL');
+  });
+} else {
+  const adminUrl = POSTGRES_URL;
+  describe('PostgreSQL, two pinpoint processes sharing one database', () => {
+    let database: TestDatabase | undefined;
+    const deployments: Deployment[] = [];
+    const servers: PinpointProcess[] = [];
+
+    before(async () => {
+      database = await createTestDatabase(adminUrl);
+      for (let i = 0; i < 2; i += 1) deployments.push(await createDeployment({ state: { url: database.url } }));
+      // Both start at once on the empty database: migrations and key creation must agree.
+      servers.push(...(await Promise.all(deployments.map((deployment) => startPinpoint(deployment)))));
+    });
+    after(async () => {
+      await killAll(servers);
+      for (const deployment of deployments) await removeDeployment(deployment);
+      await database?.drop();
+    });
+
+    test(`${RACERS} concurrent refreshes of one token, half to each instance: exactly one 200, then the grant is revoked`, async () => {
+      const [first, second] = servers as [PinpointProcess, PinpointProcess];
+      const tokens = await signInForTokens(first.baseUrl, { resources: [API] });
+      // The instances share the grant: the other one refreshes it too (and that rotation is the one raced).
+      const handedOver = await refreshAt(second.baseUrl, tokens.refresh_token);
+      assert.equal(handedOver.status, 200, handedOver.text);
+      await assertOneWinnerThenRevoked(servers, handedOver.body['refresh_token'] as string);
+    });
+  });
+}
