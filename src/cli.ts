@@ -72,7 +72,7 @@ async function serve(file: string): Promise<number> {
     process.stderr.write(`pinpoint: ${file} is not a valid configuration:\n${error.problems.map((p) => `  ${formatProblem(p)}\n`).join('')}`);
     return 1;
   }
-  printWarnings(loaded.warnings);
+  // The server logs the warnings itself, as JSON lines like everything else it says.
   await (await import('./server.js')).serve(loaded.config, loaded.warnings);
   return 0;
 }

@@ -12,6 +12,7 @@ const SWEEP_INTERVAL_MS = 60_000;
 export async function serve(config: Config, warnings: readonly string[]): Promise<void> {
   const logger = createLogger(config.logLevel);
   for (const warning of warnings) logger.warn(warning);
+  // The loader already warned about in-memory state; the store's own warnings are about connections.
   const store = await openStore(config.state, { warn: (message) => logger.warn(message) }).catch((error: unknown) => {
     const cause = (error as Error).cause instanceof Error ? `: ${((error as Error).cause as Error).message}` : '';
     throw new Error(`cannot open the state store (${describeState(config)})${cause}`);

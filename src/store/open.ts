@@ -2,8 +2,6 @@ import type { StateConfig } from '../config/types.js';
 import { MemoryStore } from './memory.js';
 import type { Store } from './types.js';
 
-export const MEMORY_STATE_WARNING = 'state is in memory: grants, sessions and signing keys are lost when the process stops';
-
 /**
  * Opens the store the `state` block names (DESIGN.md §6), creating its tables when missing.
  * A PostgreSQL server that cannot be reached rejects with StoreUnavailableError.
@@ -11,7 +9,7 @@ export const MEMORY_STATE_WARNING = 'state is in memory: grants, sessions and si
 export async function openStore(state: StateConfig, log?: { warn(msg: string): void }): Promise<Store> {
   switch (state.kind) {
     case 'memory':
-      log?.warn(MEMORY_STATE_WARNING);
+      // The config loader warns that memory state dies with the process; no second warning here.
       return new MemoryStore();
     case 'sqlite': {
       // Loaded on demand so a memory or PostgreSQL deployment never loads the native SQLite module.
