@@ -514,6 +514,11 @@ describe('users and federations', () => {
     assertProblem(lines, `${file}:11: user "bob": email "bob" is not an e-mail address`);
   });
 
+  test('a user name may not hold a colon, so it can never equal a federated subject (upstream:sub)', async () => {
+    const { lines, file } = await problemsOf(`${VALID}user "campus:bob" {\n  password_hash = "${HASH}"\n}\n`);
+    assertProblem(lines, `${file}:10: user "campus:bob": the user name must be non-empty, without spaces, colons or control characters`);
+  });
+
   test('a federation issuer must be https unless loopback, and its scopes must hold openid', async () => {
     const { lines, file } = await problemsOf(
       `${VALID}federation "campus" {

@@ -28,7 +28,8 @@ const DEFAULT_ACCESS_TOKEN_LIFETIME_MS = 3_600_000;
 
 // OAuth client_id (RFC 6749 §2.2, VSCHAR) without spaces; usernames without whitespace; federation names go into URLs.
 const CLIENT_LABEL = /^[\x21-\x7E]+$/;
-const USER_LABEL = /^[^\s\p{Cc}]+$/u;
+// No colon: federated subjects are `upstream:sub`, and a local name must never equal one.
+const USER_LABEL = /^[^\s\p{Cc}:]+$/u;
 const FEDERATION_LABEL = /^[A-Za-z0-9._-]+$/;
 
 /** Where a message points: a block (by name and source entry), or the top level. */
@@ -246,7 +247,7 @@ async function buildState(
 function buildUser(instance: BlockInstance, findings: Findings): UserRecord | undefined {
   const place = { block: instance.name, entry: instance.entry };
   const username = instance.label ?? '';
-  if (!USER_LABEL.test(username)) findings.problem({ ...place, message: 'the user name must be non-empty, without spaces or control characters' });
+  if (!USER_LABEL.test(username)) findings.problem({ ...place, message: 'the user name must be non-empty, without spaces, colons or control characters' });
   const value = validate(userSpec, instance.body, place, findings);
   if (value.password_hash === undefined) return undefined;
   return {

@@ -37,7 +37,8 @@ button.secondary{background:#e4e7ee;color:#1d2330}
 .error{background:#fdecec;color:#8a1c1c;border-radius:6px;padding:.6rem .8rem}
 .muted{color:#5b6478;font-size:.9rem}
 ul{padding-left:1.2rem}
-code{font-size:1.05rem}
+ul.upstreams{list-style:none;padding:0;margin-top:1.5rem;border-top:1px solid #e4e7ee}
+code{font-size:1.05rem;white-space:nowrap}
 `;
 
 export function layout(title: string, body: Html): string {
