@@ -94,6 +94,12 @@ describe('a valid configuration', () => {
     assert.equal(config.users.get('alice')?.passwordHash, HASH);
   });
 
+  test('without a state block, a warning says keys, grants and sessions die with the process', async () => {
+    const { config, warnings } = await load(VALID);
+    assert.equal(config.state.kind, 'memory');
+    assert.ok(warnings.some((warning) => warning.includes('kept in memory and lost on restart')), warnings.join('\n'));
+  });
+
   test('config.example.hcl loads: clients in config order, audience in config order', async () => {
     const { config } = await loadConfig(resolve('config.example.hcl'));
     assert.deepEqual([...config.clients.keys()], ['webapp', 'tv']);

@@ -20,14 +20,12 @@ import {
   signInForTokens,
   startPinpoint,
   type Deployment,
-  type PinpointProcess,
 } from './helpers/process.js';
 
-const started: PinpointProcess[] = [];
 const deployments: Deployment[] = [];
 
 after(async () => {
-  await killAll(started);
+  await killAll();
   for (const deployment of deployments) await removeDeployment(deployment);
 });
 
@@ -37,22 +35,16 @@ async function sqliteDeployment(): Promise<Deployment> {
   return deployment;
 }
 
-async function start(deployment: Deployment): Promise<PinpointProcess> {
-  const server = await startPinpoint(deployment);
-  started.push(server);
-  return server;
-}
-
 test('after SIGTERM and a restart on the same file: the refresh token works, the grant stays bound to its one resource, old tokens verify', async () => {
   const deployment = await sqliteDeployment();
-  const first = await start(deployment);
+  const first = await startPinpoint(deployment);
   const tokens = await signInForTokens(first.baseUrl, { resources: [API] });
   assert.equal(claimsOf(tokens.access_token)['aud'], API);
   const exit = await first.stop('SIGTERM');
   assert.deepEqual(exit, { code: 0, signal: null }, first.output);
   assert.ok(first.logs.some((record) => record['msg'] === 'stopped'), 'a graceful stop');
 
-  const second = await start(deployment);
+  const second = await startPinpoint(deployment);
   const refreshed = await refreshAt(second.baseUrl, tokens.refresh_token);
   assert.equal(refreshed.status, 200, refreshed.text);
   const claims = claimsOf(refreshed.body['access_token'] as string);
@@ -91,7 +83,7 @@ interface Chain {
 
 test('SIGKILL during a load of refresh chains loses no rotation that was answered 200', async (t) => {
   const deployment = await sqliteDeployment();
-  const first = await start(deployment);
+  const first = await startPinpoint(deployment);
   const chains: Chain[] = [];
   for (let i = 0; i < CHAINS; i += 1) {
     const tokens = await signInForTokens(first.baseUrl, { resources: [i % 2 === 0 ? API : FILES] });
@@ -126,7 +118,7 @@ test('SIGKILL during a load of refresh chains loses no rotation that was answere
   await load;
   assert.ok(acks >= CHAINS, `the load was running when killed (${acks} rotations answered)`);
 
-  const second = await start(deployment);
+  const second = await startPinpoint(deployment);
   const db = new Database(join(deployment.folder, 'state', 'pinpoint.db'), { readonly: true, fileMustExist: true });
   const statusOf = db.prepare<[string], { status: string; grant_id: string }>('SELECT status, grant_id FROM refresh_tokens WHERE digest = ?');
   const activeIn = db.prepare<[string], { n: number }>("SELECT count(*) AS n FROM refresh_tokens WHERE grant_id = ? AND status = 'active'");

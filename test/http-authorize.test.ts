@@ -305,6 +305,31 @@ describe('/authorize by POST (form-encoded, OpenID Connect Core §3.1.2.1)', () 
     assertErrorPage(await post([...requestPairs(), ['scope', 'openid']]), 'invalid_request');
   });
 
+  test('a JSON body gets 415 as an error page', async () => {
+    const response = await t.app.inject({
+      method: 'POST',
+      url: '/authorize',
+      headers: { 'content-type': 'application/json' },
+      payload: JSON.stringify(Object.fromEntries(requestPairs())),
+    });
+    assert.equal(response.statusCode, 415);
+    assert.equal(response.headers.location, undefined);
+    assert.match(String(response.headers['content-type']), /^text\/html/);
+    assertNoFraming(response);
+  });
+
+  test('a body over 64 KiB gets 413 as an error page', async () => {
+    const response = await t.app.inject({
+      method: 'POST',
+      url: '/authorize',
+      headers: { 'content-type': 'application/x-www-form-urlencoded' },
+      payload: `${form(requestPairs())}&pad=${'a'.repeat(64 * 1024)}`,
+    });
+    assert.equal(response.statusCode, 413);
+    assert.equal(response.headers.location, undefined);
+    assert.match(String(response.headers['content-type']), /^text\/html/);
+  });
+
   test('the whole flow through POST /authorize ends with a code that exchanges', async () => {
     const { verifier, challenge } = pkce();
     const start = await post(requestPairs({ replace: { code_challenge: challenge }, resources: [FILES] }));
@@ -405,6 +430,25 @@ describe('sign-in and session', () => {
     assert.ok(location.searchParams.get('code'));
     assert.equal(location.searchParams.get('state'), 'st-42');
     assert.equal(location.searchParams.get('iss'), ISSUER);
+  });
+
+  test('a sign-in without the CSRF cookie is refused and signs nobody in', async () => {
+    const start = await authorize(t.app, requestPairs());
+    const page = await t.app.inject({ method: 'GET', url: String(start.headers.location) });
+    const response = await t.app.inject({
+      method: 'POST',
+      url: '/login',
+      headers: { 'content-type': 'application/x-www-form-urlencoded' },
+      payload: form([
+        ['csrf', hiddenInput(page.body, 'csrf')],
+        ['login', hiddenInput(page.body, 'login')],
+        ['username', 'alice'],
+        ['password', PASSWORD],
+      ]),
+    });
+    assert.equal(response.statusCode, 400);
+    assert.equal(response.headers.location, undefined);
+    assert.ok(!String(response.headers['set-cookie'] ?? '').includes('pinpoint_session='));
   });
 
   test('an unknown user gets the same 401 form', async () => {

@@ -656,6 +656,55 @@ describe('/token: the tokens themselves', () => {
   });
 });
 
+describe('/token refresh lifetime (DESIGN.md §6: each refresh token expires refresh_lifetime after it was issued)', () => {
+  test('an active client stays signed in; an idle one does not', async () => {
+    let now = Date.now();
+    const t = await testApp({ now: () => now });
+    try {
+      const grant = await signInForCode(t.app, { clientId: 'spa' });
+      const exchanged = assertOk(
+        await postForm(t.app, [
+          ['grant_type', 'authorization_code'],
+          ['client_id', 'spa'],
+          ['code', grant.code],
+          ['redirect_uri', REDIRECT],
+          ['code_verifier', grant.verifier],
+        ]),
+      );
+      let token = exchanged.refresh_token as string;
+      // spa's refresh_lifetime is 1h: three refreshes 50 minutes apart go past it in total.
+      for (let i = 0; i < 3; i++) {
+        now += 50 * 60_000;
+        token = assertOk(await postForm(t.app, [['grant_type', 'refresh_token'], ['client_id', 'spa'], ['refresh_token', token]])).refresh_token as string;
+      }
+      now += 61 * 60_000;
+      assertOAuthError(await postForm(t.app, [['grant_type', 'refresh_token'], ['client_id', 'spa'], ['refresh_token', token]]), 400, 'invalid_grant');
+    } finally {
+      await t.app.close();
+    }
+  });
+});
+
+describe('/token limits on values', () => {
+  let t: TestApp;
+  before(async () => {
+    t = await testApp();
+  });
+  after(async () => t.app.close());
+
+  test('a resource over 2,048 characters is invalid_request', async () => {
+    const grant = await signInForCode(t.app);
+    const long = `${API}${'a'.repeat(2049 - API.length)}`;
+    assertOAuthError(await exchangeCode(t.app, grant, [long]), 400, 'invalid_request');
+    assertOk(await exchangeCode(t.app, grant));
+  });
+
+  test('more than 20 resource values is invalid_request', async () => {
+    const grant = await signInForCode(t.app);
+    assertOAuthError(await exchangeCode(t.app, grant, Array.from({ length: 21 }, () => API)), 400, 'invalid_request');
+  });
+});
+
 describe('/token rate limit', () => {
   test('too many failures from one address give 429 with Retry-After, for good requests too', async () => {
     const t = await testApp({ limits: { failuresPerWindow: 3 } });
@@ -678,6 +727,35 @@ describe('/token rate limit', () => {
       assertOAuthError(await postToken(t.app, [['grant_type', 'client_credentials']], basic('service', SECRET)), 429, 'invalid_request');
       now += 11_000;
       assertOk(await postToken(t.app, [['grant_type', 'client_credentials']], basic('service', SECRET)));
+    } finally {
+      await t.app.close();
+    }
+  });
+
+  test('failures for one client from many addresses count together', async () => {
+    const t = await testApp({ limits: { failuresPerWindow: 3 } });
+    try {
+      const from = (address: string, secret: string): Promise<LightMyRequestResponse> =>
+        t.app.inject({
+          method: 'POST',
+          url: '/token',
+          remoteAddress: address,
+          headers: { 'content-type': 'application/x-www-form-urlencoded', authorization: basic('service', secret) },
+          payload: 'grant_type=client_credentials',
+        });
+      for (const address of ['10.0.0.1', '10.0.0.2', '10.0.0.3']) assertOAuthError(await from(address, 'bad'), 401, 'invalid_client');
+      const limited = await from('10.0.0.4', SECRET);
+      assertOAuthError(limited, 429, 'invalid_request');
+      assert.ok(Number(limited.headers['retry-after']) > 0);
+      // Another client from a fresh address is not affected.
+      const other = await t.app.inject({
+        method: 'POST',
+        url: '/token',
+        remoteAddress: '10.0.0.5',
+        headers: { 'content-type': 'application/x-www-form-urlencoded', authorization: basic('norefresh', SECRET) },
+        payload: 'grant_type=client_credentials',
+      });
+      assertOk(other);
     } finally {
       await t.app.close();
     }

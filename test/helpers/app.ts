@@ -124,7 +124,7 @@ export interface AuthorizeOptions {
 /** Runs /authorize -> sign-in form -> POST credentials and returns the code and the verifier. */
 export async function signInForCode(app: FastifyInstance, options: AuthorizeOptions = {}): Promise<{ code: string; verifier: string; location: URL; cookies: string }> {
   const { verifier, challenge } = pkce();
-  const pairs: [string, string][] = [
+  const pairs: (readonly [string, string])[] = [
     ['response_type', 'code'],
     ['client_id', options.clientId ?? 'webapp'],
     ['redirect_uri', REDIRECT],
@@ -160,15 +160,16 @@ export async function signInForCode(app: FastifyInstance, options: AuthorizeOpti
   return { code, verifier, location, cookies };
 }
 
+/** POST /token; `auth` null sends no Authorization header (public clients). */
 export async function postToken(
   app: FastifyInstance,
   pairs: readonly (readonly [string, string])[],
-  auth: string | undefined = basic('webapp', SECRET),
+  auth: string | null = basic('webapp', SECRET),
 ): Promise<LightMyRequestResponse> {
   return app.inject({
     method: 'POST',
     url: '/token',
-    headers: { 'content-type': 'application/x-www-form-urlencoded', ...(auth === undefined ? {} : { authorization: auth }) },
+    headers: { 'content-type': 'application/x-www-form-urlencoded', ...(auth === null ? {} : { authorization: auth }) },
     payload: form(pairs),
   });
 }
@@ -178,7 +179,7 @@ export async function exchangeCode(
   app: FastifyInstance,
   grant: { code: string; verifier: string },
   resources: readonly string[] = [],
-  auth: string | undefined = basic('webapp', SECRET),
+  auth: string | null = basic('webapp', SECRET),
 ): Promise<LightMyRequestResponse> {
   return postToken(
     app,
@@ -198,7 +199,7 @@ export async function refresh(
   refreshToken: string,
   resources: readonly string[] = [],
   extra: readonly (readonly [string, string])[] = [],
-  auth: string | undefined = basic('webapp', SECRET),
+  auth: string | null = basic('webapp', SECRET),
 ): Promise<LightMyRequestResponse> {
   return postToken(
     app,

@@ -97,10 +97,11 @@ export interface Exit {
   readonly signal: NodeJS.Signals | null;
 }
 
-const running = new Set<ChildProcess>();
+/** Servers started by this process and not yet exited. */
+const servers = new Set<PinpointProcess>();
 // Last resort should a test file end without its `after` hook: never leave a server behind.
 process.once('exit', () => {
-  for (const child of running) child.kill('SIGKILL');
+  for (const server of servers) server.child.kill('SIGKILL');
 });
 
 /** One `pinpoint serve` child process and what it printed. */
@@ -114,7 +115,7 @@ export class PinpointProcess {
     readonly deployment: Deployment,
     readonly child: ChildProcess,
   ) {
-    running.add(child);
+    servers.add(this);
     const closed = (stream: NodeJS.ReadableStream | null, lines: string[]): Promise<void> => {
       if (stream === null) return Promise.resolve();
       const reader = createInterface({ input: stream, crlfDelay: Infinity });
@@ -125,7 +126,7 @@ export class PinpointProcess {
     const exit = new Promise<Exit>((resolve) => child.once('exit', (code, signal) => resolve({ code, signal })));
     // Resolves once the process is gone and every line it wrote has been read.
     this.exited = Promise.all([exit, outputs]).then(([result]) => {
-      running.delete(child);
+      servers.delete(this);
       this.#exit = result;
       return result;
     });
@@ -195,9 +196,9 @@ export async function startPinpoint(deployment: Deployment, options: { readyTime
   throw new Error(`pinpoint was not ready on ${deployment.baseUrl} within the time allowed:\n${server.output}`);
 }
 
-/** SIGKILLs every server still running (for `after` hooks, which must clean up even when a test failed). */
-export async function killAll(servers: Iterable<PinpointProcess | undefined>): Promise<void> {
-  await Promise.all([...servers].map((server) => server?.stop('SIGKILL', 5000)));
+/** SIGKILLs every server this test process started that is still running (for `after` hooks, which must clean up even when a test failed). */
+export async function killAll(): Promise<void> {
+  await Promise.all([...servers].map((server) => server.stop('SIGKILL', 5000)));
 }
 
 /** The Set-Cookie values of a response merged into a Cookie header value. */

@@ -1,0 +1,196 @@
+/**
+ * The load driver: autocannon in its own process (pinned by the runner to the core the servers do not use).
+ * It holds the pools of pre-created refresh tokens and codes, gives every request a fresh one, verifies
+ * every response (status, JSON, token_type, `aud` of the access token, refresh token present) and keeps
+ * the latencies of each series so percentiles cover all of a server's measured segments.
+ */
+import { readFile } from 'node:fs/promises';
+import autocannon, { type AutocannonRequest } from 'autocannon';
+import { API, BASIC_AUTH, jwtPayload, REDIRECT_URI, serveRpc } from './common.js';
+
+export type BodySpec =
+  | { readonly kind: 'static'; readonly text: string }
+  | { readonly kind: 'refresh'; readonly pool: string }
+  | { readonly kind: 'code'; readonly pool: string };
+
+export interface Expectation {
+  /** "token": an OAuth token response; "plain": any JSON (the bare floor route). */
+  readonly shape: 'token' | 'plain';
+  readonly aud?: string | readonly string[];
+  readonly refreshToken?: boolean;
+}
+
+export interface RunSpec {
+  readonly port: number;
+  readonly path: string;
+  readonly connections: number;
+  readonly seconds: number;
+  readonly body: BodySpec;
+  readonly expect: Expectation;
+  /** Latencies are kept under this name (measured segments); absent for warm-ups. */
+  readonly series?: string;
+}
+
+export interface RunResult {
+  readonly responses: number;
+  readonly seconds: number;
+  readonly non2xx: number;
+  readonly errors: number;
+  readonly timeouts: number;
+  /** Responses that were 200 but not what the case expects (wrong aud, no refresh token, not JSON...). */
+  readonly invalid: number;
+  readonly firstInvalid?: string;
+  /** Requests sent with a spent pool (no fresh token left): the run is void. */
+  readonly exhausted: number;
+  /** Responses per 0.5 s, to show that the first seconds are not slower. */
+  readonly perHalfSecond: readonly number[];
+  /** CPU the driver used, as a share of one core. */
+  readonly driverCpu: number;
+}
+
+const ENCODED_API = encodeURIComponent(API);
+const ENCODED_REDIRECT = encodeURIComponent(REDIRECT_URI);
+
+const pools = new Map<string, { items: string[]; next: number }>();
+const series = new Map<string, number[]>();
+
+function take(poolName: string): string | undefined {
+  const pool = pools.get(poolName);
+  if (pool === undefined || pool.next >= pool.items.length) return undefined;
+  const item = pool.items[pool.next] as string;
+  pool.items[pool.next] = '';
+  pool.next += 1;
+  return item;
+}
+
+function sameAudience(actual: unknown, expected: string | readonly string[]): boolean {
+  if (typeof expected === 'string') return actual === expected;
+  return Array.isArray(actual) && actual.length === expected.length && expected.every((entry, i) => actual[i] === entry);
+}
+
+/** Why a 200 body is not what the case expects, or undefined when it is. */
+function problemWith(body: string, expect: Expectation): string | undefined {
+  let parsed: Record<string, unknown>;
+  try {
+    parsed = JSON.parse(body) as Record<string, unknown>;
+  } catch {
+    return `not JSON: ${body.slice(0, 80)}`;
+  }
+  if (expect.shape === 'plain') return undefined;
+  if (parsed.token_type !== 'Bearer') return `token_type ${String(parsed.token_type)}`;
+  if (typeof parsed.access_token !== 'string') return 'no access_token';
+  if (expect.aud !== undefined) {
+    const aud = jwtPayload(parsed.access_token).aud;
+    if (!sameAudience(aud, expect.aud)) return `aud ${JSON.stringify(aud)}, expected ${JSON.stringify(expect.aud)}`;
+  }
+  if (expect.refreshToken !== undefined && (typeof parsed.refresh_token === 'string') !== expect.refreshToken) {
+    return expect.refreshToken ? 'no refresh_token' : 'unexpected refresh_token';
+  }
+  return undefined;
+}
+
+function percentile(sorted: Float64Array, p: number): number {
+  if (sorted.length === 0) return Number.NaN;
+  return sorted[Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)] as number;
+}
+
+async function run(spec: RunSpec): Promise<RunResult> {
+  let exhausted = 0;
+  let invalid = 0;
+  let firstInvalid: string | undefined;
+  const nextBody = (): string => {
+    switch (spec.body.kind) {
+      case 'static':
+        return spec.body.text;
+      case 'refresh': {
+        const token = take(spec.body.pool);
+        if (token === undefined) exhausted += 1;
+        return `grant_type=refresh_token&refresh_token=${token ?? 'spent'}&resource=${ENCODED_API}`;
+      }
+      case 'code': {
+        const [code, verifier] = (take(spec.body.pool) ?? '').split(' ');
+        if (code === undefined || verifier === undefined) exhausted += 1;
+        return `grant_type=authorization_code&code=${code ?? 'spent'}&redirect_uri=${ENCODED_REDIRECT}&code_verifier=${verifier ?? 'spent'}&resource=${ENCODED_API}`;
+      }
+    }
+  };
+  const request: AutocannonRequest = {
+    method: 'POST',
+    path: spec.path,
+    headers: { 'content-type': 'application/x-www-form-urlencoded', authorization: BASIC_AUTH },
+    ...(spec.body.kind === 'static'
+      ? { body: spec.body.text }
+      : {
+          setupRequest: (built) => {
+            built.body = nextBody();
+            return built;
+          },
+        }),
+    onResponse: (status, body) => {
+      if (status !== 200) return;
+      const problem = problemWith(body, spec.expect);
+      if (problem !== undefined) {
+        invalid += 1;
+        firstInvalid ??= problem;
+      }
+    },
+  };
+
+  const latencies = spec.series === undefined ? undefined : (series.get(spec.series) ?? []);
+  if (spec.series !== undefined && latencies !== undefined) series.set(spec.series, latencies);
+  const perHalfSecond: number[] = [];
+  let responses = 0;
+  const cpuBefore = process.cpuUsage();
+  const started = performance.now();
+  const instance = autocannon({
+    url: `http://127.0.0.1:${spec.port}`,
+    connections: spec.connections,
+    duration: spec.seconds,
+    timeout: 10,
+    requests: [request],
+  });
+  instance.on('response', (_client: unknown, _status: number, _bytes: number, responseTime: number) => {
+    responses += 1;
+    latencies?.push(responseTime);
+    const slot = Math.floor((performance.now() - started) / 500);
+    perHalfSecond[slot] = (perHalfSecond[slot] ?? 0) + 1;
+  });
+  const result = await instance;
+  const wall = (performance.now() - started) / 1000;
+  const cpu = process.cpuUsage(cpuBefore);
+  return {
+    responses,
+    seconds: result.duration,
+    non2xx: result.non2xx,
+    errors: result.errors,
+    timeouts: result.timeouts,
+    invalid,
+    ...(firstInvalid === undefined ? {} : { firstInvalid }),
+    exhausted,
+    perHalfSecond: Array.from(perHalfSecond, (count) => count ?? 0),
+    driverCpu: (cpu.user + cpu.system) / 1e6 / wall,
+  };
+}
+
+serveRpc({
+  async pool(request) {
+    const name = request.name as string;
+    const lines = (await readFile(request.file as string, 'utf8')).split('\n').filter((line) => line.length > 0);
+    const pool = pools.get(name) ?? { items: [], next: 0 };
+    // Spent entries are dropped so a long run does not keep every token it ever used.
+    pool.items = [...pool.items.slice(pool.next), ...lines];
+    pool.next = 0;
+    pools.set(name, pool);
+    return pool.items.length;
+  },
+  remaining(request) {
+    const pool = pools.get(request.name as string);
+    return pool === undefined ? 0 : pool.items.length - pool.next;
+  },
+  run: (request) => run(request.spec as RunSpec),
+  percentiles(request) {
+    const values = Float64Array.from(series.get(request.series as string) ?? []).sort();
+    return { count: values.length, p50: percentile(values, 50), p90: percentile(values, 90), p99: percentile(values, 99), max: values.at(-1) ?? Number.NaN };
+  },
+});
+process.send?.({ ready: true });

@@ -1,0 +1,174 @@
+/**
+ * oidc-provider configured like Pinpoint for the benchmark: resource indicators on, ES256 JWT access tokens
+ * for the resource servers of the client's audience, one confidential client (client_secret_basic),
+ * refresh-token rotation on, its own in-memory adapter. Grants, refresh tokens and codes are created on
+ * request through its models (Grant, RefreshToken, AuthorizationCode), as its grant handlers would.
+ */
+import { writeFile } from 'node:fs/promises';
+import { createServer } from 'node:http';
+import { exportJWK, generateKeyPair } from 'jose';
+import Provider from 'oidc-provider';
+import MemoryAdapter from 'oidc-provider/lib/adapters/memory_adapter.js';
+import LRU from 'oidc-provider/lib/helpers/lru.js';
+import {
+  API,
+  AUDIENCE,
+  CLIENT_ID,
+  CLIENT_SECRET,
+  freePort,
+  REDIRECT_URI,
+  REFRESH_LIFETIME_MS,
+  SCOPE,
+  SEEDED_CODE_LIFETIME_MS,
+  serveRpc,
+  type PoolKind,
+} from './common.js';
+import { challengeOf, newVerifier } from './pkce.js';
+
+/** The models the seeding uses, typed here since the package ships no types. */
+interface Models {
+  readonly Client: { find(clientId: string): Promise<unknown> };
+  readonly Grant: new (init: { accountId: string; clientId: string }) => {
+    addOIDCScope(scope: string): void;
+    addResourceScope(resource: string, scope: string): void;
+    save(): Promise<string>;
+  };
+  readonly RefreshToken: new (init: Record<string, unknown>) => { save(): Promise<string> };
+  readonly AuthorizationCode: new (init: Record<string, unknown>) => { save(): Promise<string> };
+}
+
+const port = await freePort();
+const issuer = `http://127.0.0.1:${port}`;
+const es256 = await generateKeyPair('ES256', { extractable: true });
+const rs256 = await generateKeyPair('RS256', { extractable: true, modulusLength: 2048 });
+
+// The package's in-memory adapter, with room for the pre-created tokens: its default store keeps only 1,000 entries.
+const storage = new LRU({ maxSize: 50_000_000 });
+const seconds = (ms: number): number => Math.floor(ms / 1000);
+
+const provider = new Provider(issuer, {
+  adapter: (model: string) => new MemoryAdapter(model, storage),
+  clients: [
+    {
+      client_id: CLIENT_ID,
+      client_secret: CLIENT_SECRET,
+      redirect_uris: [REDIRECT_URI],
+      grant_types: ['authorization_code', 'refresh_token', 'client_credentials'],
+      response_types: ['code'],
+      token_endpoint_auth_method: 'client_secret_basic',
+      scope: `openid offline_access ${SCOPE}`,
+    },
+  ],
+  jwks: {
+    keys: [
+      { ...(await exportJWK(es256.privateKey)), kid: 'bench-es256', alg: 'ES256', use: 'sig' },
+      { ...(await exportJWK(rs256.privateKey)), kid: 'bench-rs256', alg: 'RS256', use: 'sig' },
+    ],
+  },
+  cookies: { keys: ['bench-cookie-key-not-secret'] },
+  scopes: ['openid', 'offline_access', SCOPE],
+  findAccount: async (_ctx: unknown, sub: string) => ({ accountId: sub, claims: async () => ({ sub }) }),
+  rotateRefreshToken: true,
+  ttl: {
+    AccessToken: 3600,
+    ClientCredentials: 3600,
+    AuthorizationCode: seconds(SEEDED_CODE_LIFETIME_MS),
+    RefreshToken: seconds(REFRESH_LIFETIME_MS),
+    Grant: seconds(REFRESH_LIFETIME_MS),
+  },
+  features: {
+    devInteractions: { enabled: false },
+    clientCredentials: { enabled: true },
+    resourceIndicators: {
+      enabled: true,
+      // client_credentials names no resource at Pinpoint either; here it gets the first resource server.
+      defaultResource: async (ctx: { oidc: { params?: { grant_type?: string } } }, _client: unknown, oneOf?: string[]) =>
+        oneOf ?? (ctx.oidc.params?.grant_type === 'client_credentials' ? API : undefined),
+      useGrantedResource: async () => true,
+      getResourceServerInfo: async (_ctx: unknown, resource: string) => {
+        if (!AUDIENCE.includes(resource)) throw new Error(`unknown resource ${resource}`);
+        return { scope: SCOPE, accessTokenTTL: 3600, accessTokenFormat: 'jwt', jwt: { sign: { alg: 'ES256' } } };
+      },
+    },
+  },
+});
+provider.on('server_error', (_ctx: unknown, error: unknown) => process.stderr.write(`oidc-provider server_error: ${String(error)}\n`));
+const models = provider as unknown as Models;
+const client = await models.Client.find(CLIENT_ID);
+if (client === undefined) throw new Error('client not found');
+
+let seeded = 0;
+
+async function newGrant(accountId: string): Promise<string> {
+  const grant = new models.Grant({ accountId, clientId: CLIENT_ID });
+  grant.addOIDCScope('offline_access');
+  for (const resource of AUDIENCE) grant.addResourceScope(resource, SCOPE);
+  return grant.save();
+}
+
+async function seedRefreshTokens(count: number): Promise<string[]> {
+  const lines: string[] = [];
+  for (let i = 0; i < count; i += 1) {
+    const accountId = `user-${(seeded += 1)}`;
+    const grantId = await newGrant(accountId);
+    const token = new models.RefreshToken({
+      accountId,
+      client,
+      grantId,
+      gty: 'authorization_code',
+      scope: `offline_access ${SCOPE}`,
+      resource: [...AUDIENCE],
+      authTime: seconds(Date.now()),
+      rotations: 0,
+    });
+    lines.push(await token.save());
+  }
+  return lines;
+}
+
+async function seedCodes(count: number): Promise<string[]> {
+  const lines: string[] = [];
+  for (let i = 0; i < count; i += 1) {
+    const accountId = `user-${(seeded += 1)}`;
+    const grantId = await newGrant(accountId);
+    const verifier = newVerifier();
+    const code = new models.AuthorizationCode({
+      accountId,
+      client,
+      grantId,
+      scope: `offline_access ${SCOPE}`,
+      resource: [...AUDIENCE],
+      redirectUri: REDIRECT_URI,
+      codeChallenge: challengeOf(verifier),
+      codeChallengeMethod: 'S256',
+      authTime: seconds(Date.now()),
+    });
+    lines.push(`${await code.save()} ${verifier}`);
+  }
+  return lines;
+}
+
+const server = createServer(provider.callback());
+
+serveRpc({
+  async seed(request) {
+    const kind = request.kind as PoolKind;
+    const count = request.count as number;
+    const started = performance.now();
+    const lines = kind === 'refresh' ? await seedRefreshTokens(count) : await seedCodes(count);
+    await writeFile(request.file as string, `${lines.join('\n')}\n`);
+    return { count: lines.length, ms: performance.now() - started };
+  },
+  memory() {
+    return process.memoryUsage();
+  },
+  async stop() {
+    server.closeAllConnections();
+    await new Promise<void>((resolve) => server.close(() => resolve()));
+    setImmediate(() => process.exit(0));
+    return true;
+  },
+});
+
+await new Promise<void>((resolve) => server.listen(port, '127.0.0.1', resolve));
+process.send?.({ ready: true, port, issuer, state: 'oidc-provider memory adapter' });

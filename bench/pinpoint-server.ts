@@ -1,0 +1,155 @@
+/**
+ * Pinpoint as the benchmark runs it: buildApp + openStore with the production logger (info, one access-log
+ * line per request, to this process's stdout, which the runner points at a file) and the production sweep,
+ * on loopback. Refresh tokens and codes are created on request through the Store API, as the grants would.
+ * Settings come as JSON in BENCH_PINPOINT: { state: "sqlite" | "memory", path?: string }.
+ */
+import { randomUUID } from 'node:crypto';
+import { writeFile } from 'node:fs/promises';
+import { buildApp } from '../src/app.js';
+import { deepFreeze, frozenMap } from '../src/config/frozen.js';
+import type { ClientRecord, Config, StateConfig } from '../src/config/types.js';
+import { createLogger } from '../src/log.js';
+import { openStore } from '../src/store/open.js';
+import type { Grant } from '../src/store/types.js';
+import { loadSigningKeys } from '../src/tokens/keys.js';
+import { newSecret } from '../src/tokens/mint.js';
+import {
+  AUDIENCE,
+  CLIENT_ID,
+  CLIENT_SECRET,
+  freePort,
+  REDIRECT_URI,
+  REFRESH_LIFETIME_MS,
+  SCOPE,
+  SEEDED_CODE_LIFETIME_MS,
+  serveRpc,
+  type PoolKind,
+} from './common.js';
+import { challengeOf, newVerifier } from './pkce.js';
+
+/** serve() sweeps this often (src/server.ts); the benchmark server does the same work. */
+const SWEEP_INTERVAL_MS = 60_000;
+
+const settings = JSON.parse(process.env.BENCH_PINPOINT ?? '{}') as { state?: 'sqlite' | 'memory'; path?: string };
+const state: StateConfig = settings.state === 'sqlite' && settings.path !== undefined ? { kind: 'sqlite', path: settings.path } : { kind: 'memory' };
+
+const port = await freePort();
+const client: ClientRecord = {
+  clientId: CLIENT_ID,
+  kind: 'confidential',
+  secret: CLIENT_SECRET,
+  redirectUris: [REDIRECT_URI],
+  audience: [...AUDIENCE],
+  refreshLifetimeMs: REFRESH_LIFETIME_MS,
+  scopes: [SCOPE],
+};
+// Shaped and frozen as config/load.ts leaves a loaded configuration.
+const config: Config = deepFreeze({
+  file: '/bench/pinpoint.hcl',
+  baseUrl: `http://127.0.0.1:${port}`,
+  basePath: '',
+  listen: { host: '127.0.0.1', port },
+  accessTokenLifetimeMs: 3600_000,
+  logLevel: 'info',
+  tls: { mode: 'off' },
+  state,
+  users: frozenMap([]),
+  federations: frozenMap([]),
+  clients: frozenMap([[client.clientId, client]]),
+});
+
+const logger = createLogger(config.logLevel);
+const store = await openStore(config.state, { warn: (message) => logger.warn(message) });
+const keys = await loadSigningKeys(store);
+const { app } = await buildApp({ config, store, keys, logger });
+const sweep = setInterval(() => {
+  store.sweep(Date.now()).catch((error: unknown) => logger.warn({ err: { message: (error as Error).message } }, 'sweep failed'));
+}, SWEEP_INTERVAL_MS);
+sweep.unref();
+
+function newGrant(now: number, index: number): Grant {
+  return {
+    id: randomUUID(),
+    clientId: CLIENT_ID,
+    subject: `user-${index}`,
+    scope: [SCOPE],
+    resources: [...AUDIENCE],
+    claims: {},
+    authTime: now,
+    createdAt: now,
+    expiresAt: now + REFRESH_LIFETIME_MS,
+  };
+}
+
+let seeded = 0;
+
+/** The state a code exchange leaves behind (grant, used code, refresh token), `count` times; one token per line. */
+async function seedRefreshTokens(count: number): Promise<string[]> {
+  const lines: string[] = [];
+  for (let i = 0; i < count; i += 1) {
+    const now = Date.now();
+    const grant = newGrant(now, (seeded += 1));
+    const code = newSecret();
+    const verifier = newVerifier();
+    await store.createGrantWithCode(grant, {
+      digest: code.digest,
+      grantId: grant.id,
+      clientId: CLIENT_ID,
+      redirectUri: REDIRECT_URI,
+      codeChallenge: challengeOf(verifier),
+      expiresAt: now + 60_000,
+    });
+    await store.consumeCode(code.digest, now);
+    const refresh = newSecret();
+    await store.addRefreshToken({ digest: refresh.digest, grantId: grant.id, issuedAt: now, expiresAt: now + REFRESH_LIFETIME_MS });
+    lines.push(refresh.value);
+  }
+  return lines;
+}
+
+/** The state /authorize leaves behind (grant bound to both resources, code with an S256 challenge); "code verifier" per line. */
+async function seedCodes(count: number): Promise<string[]> {
+  const lines: string[] = [];
+  for (let i = 0; i < count; i += 1) {
+    const now = Date.now();
+    const grant = newGrant(now, (seeded += 1));
+    const code = newSecret();
+    const verifier = newVerifier();
+    await store.createGrantWithCode(grant, {
+      digest: code.digest,
+      grantId: grant.id,
+      clientId: CLIENT_ID,
+      redirectUri: REDIRECT_URI,
+      codeChallenge: challengeOf(verifier),
+      expiresAt: now + SEEDED_CODE_LIFETIME_MS,
+    });
+    lines.push(`${code.value} ${verifier}`);
+  }
+  return lines;
+}
+
+serveRpc({
+  async seed(request) {
+    const kind = request.kind as PoolKind;
+    const count = request.count as number;
+    const started = performance.now();
+    const lines = kind === 'refresh' ? await seedRefreshTokens(count) : await seedCodes(count);
+    await writeFile(request.file as string, `${lines.join('\n')}\n`);
+    return { count: lines.length, ms: performance.now() - started };
+  },
+  memory() {
+    return process.memoryUsage();
+  },
+  async stop() {
+    clearInterval(sweep);
+    await app.close();
+    await store.close();
+    logger.flush();
+    setImmediate(() => process.exit(0));
+    return true;
+  },
+});
+
+await app.listen({ host: config.listen.host, port: config.listen.port });
+process.send?.({ ready: true, port, issuer: config.baseUrl, state: store.description });

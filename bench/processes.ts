@@ -1,0 +1,137 @@
+/** Child processes of the benchmark: spawned pinned to one core (taskset), spoken to over IPC, measured through /proc. */
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { closeSync, openSync, readFileSync } from 'node:fs';
+import type { RpcReply } from './common.js';
+
+/** Core of the servers and core of the load driver (and of this runner). */
+export const SERVER_CORE = 0;
+export const DRIVER_CORE = 1;
+
+const CLOCK_TICKS = Number(spawnSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).stdout.trim()) || 100;
+
+export interface SpawnOptions {
+  readonly script: string;
+  readonly args?: readonly string[];
+  readonly env?: Record<string, string>;
+  /** Core to pin to; undefined when taskset is missing. */
+  readonly core: number | undefined;
+  /** Files for stdout and stderr (stderr of the driver is inherited). */
+  readonly stdout?: string;
+  readonly stderr?: string;
+  /** Extra node options, e.g. --cpu-prof. */
+  readonly nodeOptions?: readonly string[];
+}
+
+function spawnNode(options: SpawnOptions, ipc: boolean, pipeStdout = false): ChildProcess {
+  const nodeArgs = [...(options.nodeOptions ?? []), '--import', 'tsx', options.script, ...(options.args ?? [])];
+  const [command, argv] =
+    options.core === undefined ? [process.execPath, nodeArgs] : ['taskset', ['-c', String(options.core), process.execPath, ...nodeArgs]];
+  const out = pipeStdout ? 'pipe' : options.stdout === undefined ? 'inherit' : openSync(options.stdout, 'a');
+  const err = options.stderr === undefined ? 'inherit' : openSync(options.stderr, 'a');
+  // taskset execs node in place, so the pid is node's and the IPC channel (fd 3) passes through.
+  const child = spawn(command, argv, {
+    stdio: ['ignore', out, err, ...(ipc ? (['ipc'] as const) : [])],
+    env: { ...process.env, ...options.env },
+  });
+  if (typeof out === 'number') closeSync(out);
+  if (typeof err === 'number') closeSync(err);
+  return child;
+}
+
+/** Runs a node script to its end; resolves with its stdout (stderr is inherited). */
+export async function runScript(options: SpawnOptions): Promise<string> {
+  const child = spawnNode(options, false, true);
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    child.stdout?.on('data', (chunk: Buffer) => chunks.push(chunk));
+    child.on('error', reject);
+    child.on('exit', (code) => {
+      if (code === 0) resolve(Buffer.concat(chunks).toString('utf8'));
+      else reject(new Error(`${options.script} exited with ${code}`));
+    });
+  });
+}
+
+/** A child that answers RPC requests (common.ts serveRpc) and says `ready` once it listens. */
+export class Peer<Ready extends object = { ready: true }> {
+  readonly name: string;
+  readonly child: ChildProcess;
+  readonly ready: Promise<Ready>;
+  readonly #pending = new Map<number, { resolve: (value: unknown) => void; reject: (error: Error) => void }>();
+  #nextId = 1;
+  #exited: Error | undefined;
+
+  constructor(name: string, options: SpawnOptions) {
+    this.name = name;
+    this.child = spawnNode(options, true);
+    this.ready = new Promise<Ready>((resolve, reject) => {
+      this.child.on('message', (message: RpcReply | (Ready & { ready: true })) => {
+        if ('ready' in message) return resolve(message);
+        const waiting = this.#pending.get(message.id);
+        if (waiting === undefined) return;
+        this.#pending.delete(message.id);
+        if (message.ok) waiting.resolve(message.value);
+        else waiting.reject(new Error(`${name}: ${message.error}`));
+      });
+      this.child.on('exit', (code, signal) => {
+        this.#exited = new Error(`${name} exited (${signal ?? code})`);
+        reject(this.#exited);
+        for (const waiting of this.#pending.values()) waiting.reject(this.#exited);
+        this.#pending.clear();
+      });
+    });
+    // A failure to start is reported by whoever awaits `ready`; this keeps it from being unhandled meanwhile.
+    this.ready.catch(() => undefined);
+  }
+
+  get pid(): number {
+    return this.child.pid ?? -1;
+  }
+
+  async call<T>(cmd: string, fields: Record<string, unknown> = {}): Promise<T> {
+    if (this.#exited !== undefined) throw this.#exited;
+    const id = this.#nextId++;
+    return new Promise<T>((resolve, reject) => {
+      this.#pending.set(id, { resolve: resolve as (value: unknown) => void, reject });
+      this.child.send({ id, cmd, ...fields });
+    });
+  }
+
+  /** Asks the child to stop, and kills it if it has not within `ms`. */
+  async stop(ms = 5000): Promise<void> {
+    if (this.#exited !== undefined || this.child.exitCode !== null) return;
+    const exited = new Promise<void>((resolve) => this.child.once('exit', () => resolve()));
+    this.call('stop').catch(() => undefined);
+    const timer = setTimeout(() => this.child.kill('SIGKILL'), ms);
+    await exited;
+    clearTimeout(timer);
+  }
+}
+
+/** CPU seconds (user + system, all threads) the process has used so far. */
+export function cpuSeconds(pid: number): number {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    // Fields after the parenthesised command name; utime and stime are the 14th and 15th fields.
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    return (Number(fields[11]) + Number(fields[12])) / CLOCK_TICKS;
+  } catch {
+    return Number.NaN;
+  }
+}
+
+/** Resident set size now and its peak, in bytes. */
+export function residentMemory(pid: number): { rss: number; peak: number } {
+  try {
+    const status = readFileSync(`/proc/${pid}/status`, 'utf8');
+    const kib = (field: string): number => Number(new RegExp(`^${field}:\\s+(\\d+) kB`, 'm').exec(status)?.[1] ?? Number.NaN) * 1024;
+    return { rss: kib('VmRSS'), peak: kib('VmHWM') };
+  } catch {
+    return { rss: Number.NaN, peak: Number.NaN };
+  }
+}
+
+/** Pins this process (all its threads) to `core`; false when that failed. */
+export function pinSelf(core: number): boolean {
+  return spawnSync('taskset', ['-a', '-cp', String(core), String(process.pid)], { stdio: 'ignore' }).status === 0;
+}

@@ -1,0 +1,80 @@
+/**
+ * Bulk seeding for the scale cases: `grants` live grants, each with an active refresh token, written
+ * straight into a Pinpoint SQLite file in large transactions (rows as the store writes them: rows.ts
+ * grantParams, SHA-256 digests from tokens/mint.ts). When the driver needs more fresh tokens than there
+ * are grants, the grants get several active tokens each. Writes `tokens` token values, spread evenly over
+ * the table, one per line, to `out`.
+ * Usage: node --import tsx bench/seed-sqlite.ts DB_PATH GRANTS TOKENS OUT
+ */
+import { randomUUID } from 'node:crypto';
+import { createWriteStream } from 'node:fs';
+import Database from 'better-sqlite3';
+import { grantParams } from '../src/store/rows.js';
+import { SqliteStore } from '../src/store/sqlite.js';
+import type { Grant } from '../src/store/types.js';
+import { newSecret } from '../src/tokens/mint.js';
+import { AUDIENCE, CLIENT_ID, REFRESH_LIFETIME_MS, SCOPE } from './common.js';
+
+const BATCH = 50_000;
+
+const [path, grantsText, tokensText, out] = process.argv.slice(2);
+if (path === undefined || grantsText === undefined || tokensText === undefined || out === undefined) {
+  throw new Error('usage: seed-sqlite.ts DB_PATH GRANTS TOKENS OUT');
+}
+const grants = Number(grantsText);
+const wanted = Number(tokensText);
+const tokensPerGrant = Math.max(1, Math.ceil(wanted / grants));
+// Every `stride`-th token is handed to the driver, so the ones it uses are spread over the whole table.
+const stride = Math.max(1, Math.floor((grants * tokensPerGrant) / wanted));
+
+const started = performance.now();
+// The store creates the file and its tables (migrations), exactly as on a first start.
+await new SqliteStore(path).close();
+const db = new Database(path);
+db.pragma('journal_mode = WAL');
+const insertGrant = db.prepare(
+  'INSERT INTO grants (id, client_id, subject, scope, resources, claims, auth_time, created_at, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)',
+);
+const insertToken = db.prepare("INSERT INTO refresh_tokens (digest, grant_id, issued_at, expires_at, status) VALUES (?, ?, ?, ?, 'active')");
+
+const output = createWriteStream(out);
+let written = 0;
+let tokenIndex = 0;
+const insertBatch = db.transaction((from: number, to: number, now: number): string[] => {
+  const lines: string[] = [];
+  for (let i = from; i < to; i += 1) {
+    const grant: Grant = {
+      id: randomUUID(),
+      clientId: CLIENT_ID,
+      subject: `user-${i}`,
+      scope: [SCOPE],
+      resources: [...AUDIENCE],
+      claims: {},
+      authTime: now,
+      createdAt: now,
+      expiresAt: now + REFRESH_LIFETIME_MS,
+    };
+    insertGrant.run(...grantParams(grant));
+    for (let t = 0; t < tokensPerGrant; t += 1) {
+      const token = newSecret();
+      insertToken.run(token.digest, grant.id, now, now + REFRESH_LIFETIME_MS);
+      if (tokenIndex % stride === 0 && written < wanted) {
+        lines.push(token.value);
+        written += 1;
+      }
+      tokenIndex += 1;
+    }
+  }
+  return lines;
+});
+
+for (let from = 0; from < grants; from += BATCH) {
+  const lines = insertBatch(from, Math.min(grants, from + BATCH), Date.now());
+  if (lines.length > 0 && !output.write(`${lines.join('\n')}\n`)) await new Promise((resolve) => output.once('drain', resolve));
+}
+await new Promise<void>((resolve, reject) => output.end((error?: Error | null) => (error ? reject(error) : resolve())));
+db.pragma('wal_checkpoint(TRUNCATE)');
+db.close();
+process.stdout.write(
+  `${JSON.stringify({ grants, refreshTokens: grants * tokensPerGrant, handedOut: written, seconds: (performance.now() - started) / 1000 })}\n`,
+);
