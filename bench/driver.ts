@@ -188,6 +188,10 @@ serveRpc({
     return pool === undefined ? 0 : pool.items.length - pool.next;
   },
   run: (request) => run(request.spec as RunSpec),
+  stop() {
+    setImmediate(() => process.exit(0));
+    return true;
+  },
   percentiles(request) {
     const values = Float64Array.from(series.get(request.series as string) ?? []).sort();
     return { count: values.length, p50: percentile(values, 50), p90: percentile(values, 90), p99: percentile(values, 99), max: values.at(-1) ?? Number.NaN };

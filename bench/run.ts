@@ -1,0 +1,377 @@
+/**
+ * `npm run bench` — Pinpoint side by side with oidc-provider (and a bare Fastify floor) on loopback.
+ * Every server runs in its own process pinned to core 0, the autocannon driver in its own process pinned
+ * to core 1. Within a case the servers' measured segments are interleaved (A B C C B A ...) so the
+ * machine's drift hits them alike; the ratios, not the absolute figures, are the result.
+ *
+ *   npm run bench                     full run (about 10 minutes), writes bench/RESULTS.md
+ *   npm run bench -- --smoke          every case for 1 s, small scale seed, no thresholds (CI)
+ *   npm run bench -- --profile CASE   Pinpoint (SQLite) under CASE at c=16 with --cpu-prof, then the hottest functions
+ *   npm run bench -- --keep           keep the temp folder (databases, access logs, pools, profiles)
+ */
+import { mkdtemp, readFile, rm, stat, unlink } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { parseArgs } from 'node:util';
+import { API, AUDIENCE, SCOPE, tasksetAvailable, type PoolKind } from './common.js';
+import type { BodySpec, Expectation, RunResult, RunSpec } from './driver.js';
+import { cpuSeconds, DRIVER_CORE, Peer, pinSelf, residentMemory, runScript, SERVER_CORE } from './processes.js';
+import { summariseProfile } from './profile.js';
+import { CASES, evaluateTargets, printReport, writeResults, type CaseName, type Row, type ScaleResult } from './report.js';
+
+const here = dirname(fileURLToPath(import.meta.url));
+const { values: options } = parseArgs({
+  options: {
+    smoke: { type: 'boolean', default: false },
+    keep: { type: 'boolean', default: false },
+    profile: { type: 'string' },
+    target: { type: 'string', default: 'pinpoint-sqlite' },
+  },
+  strict: true,
+});
+const smoke = options.smoke === true;
+
+/** Seconds: warm-up per server and case, one measured segment, and the segment order per case. */
+const timing = smoke
+  ? { warmup: 0, segment: 1, order: <T>(servers: readonly T[]): T[] => [...servers] }
+  : {
+      warmup: 2,
+      segment: 2.5,
+      // A B C C B A A B C C B A: 4 segments of 2.5 s = 10 s measured per server.
+      order: <T>(servers: readonly T[]): T[] => {
+        const back = [...servers].reverse();
+        return [...servers, ...back, ...servers, ...back];
+      },
+    };
+const SCALE = smoke ? { small: 10_000, large: 20_000 } : { small: 10_000, large: 1_000_000 };
+
+type ServerName = 'pinpoint-sqlite' | 'pinpoint-memory' | 'oidc-provider' | 'floor' | 'scale-small' | 'scale-large';
+interface Ready {
+  readonly ready: true;
+  readonly port: number;
+  readonly issuer: string;
+  readonly state: string;
+}
+interface Server {
+  readonly name: ServerName;
+  readonly peer: Peer<Ready>;
+  readonly port: number;
+  readonly issuer: string;
+}
+
+/** One server under one case: what to send and what must come back. */
+interface Participant {
+  readonly label: string;
+  readonly server: Server;
+  readonly path: string;
+  readonly body: BodySpec;
+  readonly expect: Expectation;
+  readonly pool?: { readonly kind: PoolKind; readonly name: string; readonly preseeded: boolean };
+}
+
+const pinned = tasksetAvailable();
+const core = (wanted: number): number | undefined => (pinned ? wanted : undefined);
+const temp = await mkdtemp(join(tmpdir(), 'pinpoint-bench-'));
+const started = Date.now();
+const log = (line: string): void => void process.stdout.write(`${line}\n`);
+
+if (!pinned) log('warning: taskset not found (util-linux): servers and driver are NOT pinned; figures reward whoever uses background threads');
+else pinSelf(DRIVER_CORE);
+log(`bench: ${smoke ? 'smoke (1 s per case, no thresholds)' : 'full run'}; temp folder ${temp}`);
+if (smoke) log(`bench: smoke mode seeds ${SCALE.large.toLocaleString('en')} grants for the "large" scale case instead of 1,000,000`);
+
+const driver = new Peer<{ ready: true }>('driver', { script: join(here, 'driver.ts'), core: core(DRIVER_CORE) });
+const servers: Server[] = [];
+
+async function startServer(name: ServerName, script: string, env: Record<string, string> = {}, nodeOptions: string[] = []): Promise<Server> {
+  const peer = new Peer<Ready>(name, {
+    script: join(here, script),
+    env,
+    core: core(SERVER_CORE),
+    stdout: join(temp, `${name}.log`),
+    stderr: join(temp, `${name}.err`),
+    nodeOptions,
+  });
+  let ready: Ready;
+  try {
+    ready = await peer.ready;
+  } catch (error) {
+    const stderr = await readFile(join(temp, `${name}.err`), 'utf8').catch(() => '');
+    throw new Error(`${name} did not start: ${(error as Error).message}\n${stderr.slice(-4000)}`);
+  }
+  const server = { name, peer, port: ready.port, issuer: ready.issuer };
+  servers.push(server);
+  return server;
+}
+
+const pinpointEnv = (state: 'sqlite' | 'memory', path?: string): Record<string, string> => ({
+  BENCH_PINPOINT: JSON.stringify({ state, ...(path === undefined ? {} : { path }) }),
+});
+
+/** Highest rate seen per server (any case), then per participant and case: sizes the token pools. */
+const bestRate = new Map<ServerName, number>();
+const caseRate = new Map<string, number>();
+let poolFiles = 0;
+
+async function ensurePool(participant: Participant, connections: number, seconds: number, group: string): Promise<void> {
+  const pool = participant.pool;
+  if (pool === undefined) return;
+  const estimate = caseRate.get(`${group}|${participant.label}`) ?? bestRate.get(participant.server.name) ?? 15_000;
+  const need = Math.ceil(estimate * seconds * 1.5) + 4 * connections + 200;
+  const remaining = await driver.call<number>('remaining', { name: pool.name });
+  if (remaining >= need) return;
+  if (pool.preseeded) throw new Error(`${participant.label}: ${remaining} pre-seeded tokens left, ${need} needed`);
+  // Twice what one run needs, so most segments find their tokens ready.
+  const file = join(temp, `pool-${(poolFiles += 1)}.txt`);
+  await participant.server.peer.call('seed', { kind: pool.kind, count: 2 * need - remaining, file });
+  await driver.call('pool', { name: pool.name, file });
+  await unlink(file);
+}
+
+interface Tally {
+  responses: number;
+  seconds: number;
+  errors: number;
+  firstError?: string;
+  segmentRates: number[];
+  serverCpu: number;
+  driverCpu: number;
+  firstSecond: number[];
+}
+
+async function runOnce(participant: Participant, connections: number, seconds: number, group: string, series?: string): Promise<RunResult & { serverCpu: number }> {
+  await ensurePool(participant, connections, seconds, group);
+  const spec: RunSpec = {
+    port: participant.server.port,
+    path: participant.path,
+    connections,
+    seconds,
+    body: participant.body,
+    expect: participant.expect,
+    ...(series === undefined ? {} : { series }),
+  };
+  const cpuBefore = cpuSeconds(participant.server.peer.pid);
+  const wallBefore = performance.now();
+  const result = await driver.call<RunResult>('run', { spec });
+  const serverCpu = (cpuSeconds(participant.server.peer.pid) - cpuBefore) / ((performance.now() - wallBefore) / 1000);
+  const rate = result.responses / result.seconds;
+  bestRate.set(participant.server.name, Math.max(bestRate.get(participant.server.name) ?? 0, rate));
+  caseRate.set(`${group}|${participant.label}`, Math.max(caseRate.get(`${group}|${participant.label}`) ?? 0, rate));
+  return { ...result, serverCpu };
+}
+
+const errorCount = (result: RunResult): number => result.non2xx + result.errors + result.timeouts + result.invalid + result.exhausted;
+
+function describeErrors(result: RunResult): string {
+  const parts = [
+    result.non2xx > 0 ? `${result.non2xx} non-2xx` : '',
+    result.errors > 0 ? `${result.errors} socket errors` : '',
+    result.timeouts > 0 ? `${result.timeouts} timeouts` : '',
+    result.invalid > 0 ? `${result.invalid} invalid bodies (first: ${result.firstInvalid ?? '?'})` : '',
+    result.exhausted > 0 ? `${result.exhausted} requests without a fresh token` : '',
+  ];
+  return parts.filter(Boolean).join(', ');
+}
+
+/** Warms every participant, then runs the interleaved measured segments; one row per participant. */
+async function runCase(caseName: CaseName | 'scale', connections: number, participants: readonly Participant[]): Promise<Row[]> {
+  const group = `${caseName}|c${connections}`;
+  const tallies = new Map<string, Tally>(
+    participants.map((p) => [p.label, { responses: 0, seconds: 0, errors: 0, segmentRates: [], serverCpu: 0, driverCpu: 0, firstSecond: [] }]),
+  );
+  const note = (participant: Participant, result: RunResult): Tally => {
+    const tally = tallies.get(participant.label) as Tally;
+    const errors = errorCount(result);
+    if (errors > 0) {
+      tally.errors += errors;
+      tally.firstError ??= describeErrors(result);
+    }
+    return tally;
+  };
+  process.stdout.write(`  ${caseName} c=${connections}: `);
+  if (timing.warmup > 0) {
+    for (const participant of participants) note(participant, await runOnce(participant, connections, timing.warmup, group));
+  }
+  for (const participant of timing.order(participants)) {
+    const result = await runOnce(participant, connections, timing.segment, group, `${group}|${participant.label}`);
+    const tally = note(participant, result);
+    tally.responses += result.responses;
+    tally.seconds += result.seconds;
+    tally.segmentRates.push(result.responses / result.seconds);
+    tally.serverCpu += result.serverCpu * result.seconds;
+    tally.driverCpu = Math.max(tally.driverCpu, result.driverCpu);
+    // The first second of each segment against the segment's own rate: below 1 means still warming.
+    const [first = 0, second = 0] = result.perHalfSecond;
+    if (result.seconds >= 2) tally.firstSecond.push((first + second) / (result.responses / result.seconds));
+    process.stdout.write('.');
+  }
+  process.stdout.write('\n');
+  const rows: Row[] = [];
+  for (const participant of participants) {
+    const tally = tallies.get(participant.label) as Tally;
+    const latency = await driver.call<{ p50: number; p90: number; p99: number; max: number }>('percentiles', { series: `${group}|${participant.label}` });
+    rows.push({
+      caseName,
+      connections,
+      server: participant.label,
+      rate: tally.responses / tally.seconds,
+      segmentRates: tally.segmentRates,
+      p50: latency.p50,
+      p99: latency.p99,
+      max: latency.max,
+      errors: tally.errors,
+      ...(tally.firstError === undefined ? {} : { firstError: tally.firstError }),
+      serverCpu: tally.serverCpu / tally.seconds,
+      driverCpu: tally.driverCpu,
+      firstSecond: tally.firstSecond.length === 0 ? Number.NaN : Math.min(...tally.firstSecond),
+      rss: residentMemory(participant.server.peer.pid).rss,
+    });
+  }
+  return rows;
+}
+
+const ccBody: BodySpec = { kind: 'static', text: `grant_type=client_credentials&scope=${SCOPE}` };
+
+function participantsFor(caseName: CaseName, list: readonly { label: string; server: Server }[]): Participant[] {
+  return list.map(({ label, server }) => {
+    const oidc = server.name === 'oidc-provider';
+    switch (caseName) {
+      case 'client_credentials':
+        // Pinpoint: the client's whole audience (DESIGN.md §5); oidc-provider: its default resource.
+        return { label, server, path: '/token', body: ccBody, expect: { shape: 'token', aud: oidc ? API : AUDIENCE, refreshToken: false } };
+      case 'refresh_token+resource': {
+        const name = `${server.name}:refresh`;
+        return { label, server, path: '/token', body: { kind: 'refresh', pool: name }, expect: { shape: 'token', aud: API, refreshToken: true }, pool: { kind: 'refresh', name, preseeded: false } };
+      }
+      case 'authorization_code+resource': {
+        const name = `${server.name}:code`;
+        return { label, server, path: '/token', body: { kind: 'code', pool: name }, expect: { shape: 'token', aud: API, refreshToken: true }, pool: { kind: 'code', name, preseeded: false } };
+      }
+    }
+  });
+}
+
+async function stopAll(list: readonly Server[]): Promise<void> {
+  await Promise.all(list.map((server) => server.peer.stop()));
+  for (const server of list) servers.splice(servers.indexOf(server), 1);
+}
+
+async function profileRun(caseName: CaseName): Promise<void> {
+  const target = options.target as ServerName;
+  const profileDir = join(temp, 'profile');
+  const flags = [`--cpu-prof`, `--cpu-prof-dir=${profileDir}`];
+  const server =
+    target === 'oidc-provider'
+      ? await startServer('oidc-provider', 'oidc-server.ts', {}, flags)
+      : target === 'pinpoint-memory'
+        ? await startServer('pinpoint-memory', 'pinpoint-server.ts', pinpointEnv('memory'), flags)
+        : await startServer('pinpoint-sqlite', 'pinpoint-server.ts', pinpointEnv('sqlite', join(temp, 'pinpoint.db')), flags);
+  await driver.ready;
+  const rows = await runCase(caseName, 16, participantsFor(caseName, [{ label: server.name, server }]));
+  printReport(rows, [], undefined, pinned, log);
+  await server.peer.stop(30_000);
+  for (const line of await summariseProfile(profileDir)) log(line);
+}
+
+async function main(): Promise<number> {
+  await driver.ready;
+  if (options.profile !== undefined) {
+    if (!(CASES as readonly string[]).includes(options.profile)) throw new Error(`--profile takes one of ${CASES.join(', ')}`);
+    await profileRun(options.profile as CaseName);
+    return 0;
+  }
+
+  log('starting servers (each in its own process, pinned to core 0; driver on core 1)');
+  const [sqlite, memory, oidc, floor] = await Promise.all([
+    startServer('pinpoint-sqlite', 'pinpoint-server.ts', pinpointEnv('sqlite', join(temp, 'pinpoint.db'))),
+    startServer('pinpoint-memory', 'pinpoint-server.ts', pinpointEnv('memory')),
+    startServer('oidc-provider', 'oidc-server.ts'),
+    startServer('floor', 'floor-server.ts'),
+  ]);
+  const peers = [
+    { label: 'pinpoint sqlite', server: sqlite },
+    { label: 'oidc-provider', server: oidc },
+    { label: 'pinpoint memory', server: memory },
+  ];
+  const floorParticipants: Participant[] = [
+    { label: 'fastify+jose', server: floor, path: '/jose', body: ccBody, expect: { shape: 'token', aud: AUDIENCE, refreshToken: false } },
+    { label: 'fastify bare', server: floor, path: '/bare', body: ccBody, expect: { shape: 'plain' } },
+  ];
+
+  const rows: Row[] = [];
+  for (const caseName of CASES) {
+    for (const connections of [1, 16]) {
+      const list = participantsFor(caseName, peers);
+      if (caseName === 'client_credentials') list.push(...floorParticipants);
+      rows.push(...(await runCase(caseName, connections, list)));
+    }
+  }
+  const logSize = await stat(join(temp, 'pinpoint-sqlite.log')).then((s) => s.size, () => 0);
+  log(`  pinpoint sqlite access log: ${(logSize / 1e6).toFixed(1)} MB written at level info`);
+  await stopAll([sqlite, memory, oidc, floor]);
+
+  // Scale: refresh with few and with many live grants, each SQLite file seeded in bulk by a separate process.
+  const measured = timing.segment * timing.order([0]).length;
+  const refreshRate = rows.find((row) => row.caseName === 'refresh_token+resource' && row.connections === 16 && row.server === 'pinpoint sqlite')?.rate ?? 10_000;
+  const tokens = Math.ceil(Math.max(refreshRate, 2000) * (timing.warmup + measured) * 1.6) + 5000;
+  const scale: ScaleResult = { small: SCALE.small, large: SCALE.large, seedSeconds: {}, rssAfterSeed: {}, rssAfterRun: {}, peakRss: {} };
+  const scaleServers: { label: string; server: Server }[] = [];
+  for (const [which, grants] of [['small', SCALE.small], ['large', SCALE.large]] as const) {
+    const path = join(temp, `scale-${which}.db`);
+    const out = join(temp, `scale-${which}.tokens`);
+    log(`  seeding ${grants.toLocaleString('en')} live grants in bulk (${path})`);
+    const seeded = JSON.parse(await runScript({ script: join(here, 'seed-sqlite.ts'), args: [path, String(grants), String(tokens), out], core: core(SERVER_CORE) })) as { seconds: number };
+    scale.seedSeconds[which] = seeded.seconds;
+    const server = await startServer(which === 'small' ? 'scale-small' : 'scale-large', 'pinpoint-server.ts', pinpointEnv('sqlite', path));
+    scale.rssAfterSeed[which] = residentMemory(server.peer.pid).rss;
+    await driver.call('pool', { name: `${server.name}:refresh`, file: out });
+    scaleServers.push({ label: `${grants.toLocaleString('en')} grants`, server });
+  }
+  const scaleParticipants = participantsFor('refresh_token+resource', scaleServers).map((p) => ({
+    ...p,
+    pool: { ...(p.pool as NonNullable<Participant['pool']>), preseeded: true },
+  }));
+  const scaleRows = await runCase('scale', 16, scaleParticipants);
+  for (const [which, { server }] of [['small', scaleServers[0]], ['large', scaleServers[1]]] as const) {
+    if (server === undefined) continue;
+    const memoryNow = residentMemory(server.peer.pid);
+    scale.rssAfterRun[which] = memoryNow.rss;
+    scale.peakRss[which] = memoryNow.peak;
+  }
+  await stopAll(scaleServers.map((entry) => entry.server));
+
+  let signing: string | undefined;
+  if (!smoke) {
+    log('  signing micro-benchmark (bench/sign.ts, pinned to core 0)');
+    signing = await runScript({ script: join(here, 'sign.ts'), env: { SIGN_SECONDS: '2' }, core: core(SERVER_CORE) });
+  }
+
+  log('');
+  const refused = printReport(rows, scaleRows, scale, pinned, log);
+  const targets = smoke ? undefined : evaluateTargets(rows, scaleRows, scale);
+  if (targets !== undefined) {
+    log('');
+    log('targets (same run; Pinpoint on SQLite against oidc-provider in memory):');
+    for (const target of targets) log(`  ${target.met ? 'met    ' : 'NOT MET'}  ${target.name}: ${target.detail}`);
+  }
+  log(`\nbench: ${((Date.now() - started) / 1000).toFixed(0)} s`);
+  if (!smoke) {
+    await writeResults(join(here, 'RESULTS.md'), { rows, scaleRows, scale, targets: targets ?? [], signing, pinned, seconds: (Date.now() - started) / 1000 });
+    log('bench: wrote bench/RESULTS.md');
+  }
+  return refused > 0 ? 1 : 0;
+}
+
+let exitCode = 1;
+try {
+  exitCode = await main();
+} catch (error) {
+  process.stderr.write(`bench: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);
+} finally {
+  await Promise.all(servers.map((server) => server.peer.stop()));
+  await driver.stop();
+  if (options.keep) log(`bench: kept ${temp}`);
+  else await rm(temp, { recursive: true, force: true });
+}
+process.exit(exitCode);
