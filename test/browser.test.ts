@@ -104,6 +104,24 @@ describe('pages in a real browser', { skip }, () => {
     return (await response.json()) as { access_token: string; id_token: string };
   }
 
+  test('(a0) authorization code: a local user signs in once, and a second authorization is not asked again', { timeout: 20_000 }, async () => {
+    const page = await newPage();
+    const first = pkce();
+    await page.goto(authorizeUrl(first.challenge, 'st-once'));
+    assert.equal(new URL(page.url()).pathname, '/login');
+    await page.getByLabel('Username').fill('alice');
+    await page.getByLabel('Password').fill(PASSWORD);
+    await Promise.all([page.waitForURL((url) => url.href.startsWith(callbackUri)), page.click('button[type=submit]')]);
+    const tokens = await redeem(page.url(), 'st-once', first.verifier);
+    assert.equal(claimsOf(tokens.access_token).sub, 'alice');
+
+    const second = pkce();
+    await page.goto(authorizeUrl(second.challenge, 'st-again'));
+    assert.ok(page.url().startsWith(callbackUri), `expected straight back to the client, got ${page.url()}`);
+    await redeem(page.url(), 'st-again', second.verifier);
+    await page.context().close();
+  });
+
   test('(a) authorization code: a wrong password shows the form again with a message, the right one reaches the client', { timeout: 20_000 }, async () => {
     const page = await newPage();
     const { verifier, challenge } = pkce();
