@@ -6,6 +6,7 @@
  */
 import { readFile } from 'node:fs/promises';
 import autocannon, { type AutocannonRequest } from 'autocannon';
+import { createLocalJWKSet, jwtVerify, type JSONWebKeySet } from 'jose';
 import { API, BASIC_AUTH, jwtPayload, REDIRECT_URI, serveRpc } from './common.js';
 
 export type BodySpec =
@@ -18,6 +19,8 @@ export interface Expectation {
   readonly shape: 'token' | 'plain';
   readonly aud?: string | readonly string[];
   readonly refreshToken?: boolean;
+  /** The first access token of each run is verified against this server's /jwks (signature, typ at+jwt, iss). */
+  readonly issuer?: string;
 }
 
 export interface RunSpec {
@@ -52,6 +55,24 @@ const ENCODED_API = encodeURIComponent(API);
 const ENCODED_REDIRECT = encodeURIComponent(REDIRECT_URI);
 
 const pools = new Map<string, { items: string[]; next: number }>();
+const keySets = new Map<string, ReturnType<typeof createLocalJWKSet>>();
+
+/** Why the access token's signature or header does not verify, or undefined when it does. */
+async function signatureProblem(issuer: string, body: string): Promise<string | undefined> {
+  try {
+    let keys = keySets.get(issuer);
+    if (keys === undefined) {
+      const response = await fetch(`${issuer}/jwks`);
+      keys = createLocalJWKSet((await response.json()) as JSONWebKeySet);
+      keySets.set(issuer, keys);
+    }
+    const token = (JSON.parse(body) as { access_token: string }).access_token;
+    await jwtVerify(token, keys, { issuer, typ: 'at+jwt' });
+    return undefined;
+  } catch (error) {
+    return `access token does not verify: ${(error as Error).message}`;
+  }
+}
 const series = new Map<string, number[]>();
 
 function take(poolName: string): string | undefined {
@@ -98,6 +119,7 @@ async function run(spec: RunSpec): Promise<RunResult> {
   let exhausted = 0;
   let invalid = 0;
   let firstInvalid: string | undefined;
+  let verification: Promise<string | undefined> | undefined;
   const nextBody = (): string => {
     switch (spec.body.kind) {
       case 'static':
@@ -132,6 +154,8 @@ async function run(spec: RunSpec): Promise<RunResult> {
       if (problem !== undefined) {
         invalid += 1;
         firstInvalid ??= problem;
+      } else if (verification === undefined && spec.expect.issuer !== undefined) {
+        verification = signatureProblem(spec.expect.issuer, body);
       }
     },
   };
@@ -156,6 +180,11 @@ async function run(spec: RunSpec): Promise<RunResult> {
     perHalfSecond[slot] = (perHalfSecond[slot] ?? 0) + 1;
   });
   const result = await instance;
+  const signature = await verification;
+  if (signature !== undefined) {
+    invalid += 1;
+    firstInvalid ??= signature;
+  }
   const wall = (performance.now() - started) / 1000;
   const cpu = process.cpuUsage(cpuBefore);
   return {

@@ -5,14 +5,18 @@
 import { randomBytes } from 'node:crypto';
 import formbody from '@fastify/formbody';
 import Fastify from 'fastify';
-import { generateKeyPair, SignJWT } from 'jose';
+import { exportJWK, generateKeyPair, SignJWT } from 'jose';
 import { AUDIENCE, CLIENT_ID, freePort, SCOPE, serveRpc } from './common.js';
+import { profilerCommands } from './inspector.js';
 
 const port = await freePort();
 const issuer = `http://127.0.0.1:${port}`;
-const { privateKey } = await generateKeyPair('ES256');
+const { privateKey, publicKey } = await generateKeyPair('ES256');
+const jwks = { keys: [{ ...(await exportJWK(publicKey)), kid: 'floor', alg: 'ES256', use: 'sig' }] };
 const app = Fastify({ logger: false });
 await app.register(formbody);
+
+app.get('/jwks', async () => jwks);
 
 app.post('/bare', async (request) => {
   const body = request.body as Record<string, string | undefined>;
@@ -39,6 +43,7 @@ app.post('/jose', async (request, reply) => {
 });
 
 serveRpc({
+  ...profilerCommands(),
   memory: () => process.memoryUsage(),
   async stop() {
     await app.close();

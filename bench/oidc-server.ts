@@ -23,6 +23,7 @@ import {
   serveRpc,
   type PoolKind,
 } from './common.js';
+import { profilerCommands } from './inspector.js';
 import { challengeOf, newVerifier } from './pkce.js';
 
 /** The models the seeding uses, typed here since the package ships no types. */
@@ -151,6 +152,7 @@ async function seedCodes(count: number): Promise<string[]> {
 const server = createServer(provider.callback());
 
 serveRpc({
+  ...profilerCommands(),
   async seed(request) {
     const kind = request.kind as PoolKind;
     const count = request.count as number;

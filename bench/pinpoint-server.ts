@@ -26,6 +26,7 @@ import {
   serveRpc,
   type PoolKind,
 } from './common.js';
+import { profilerCommands } from './inspector.js';
 import { challengeOf, newVerifier } from './pkce.js';
 
 /** serve() sweeps this often (src/server.ts); the benchmark server does the same work. */
@@ -98,7 +99,7 @@ async function seedRefreshTokens(count: number): Promise<string[]> {
       clientId: CLIENT_ID,
       redirectUri: REDIRECT_URI,
       codeChallenge: challengeOf(verifier),
-      expiresAt: now + 60_000,
+      expiresAt: now + SEEDED_CODE_LIFETIME_MS,
     });
     await store.consumeCode(code.digest, now);
     const refresh = newSecret();
@@ -130,6 +131,7 @@ async function seedCodes(count: number): Promise<string[]> {
 }
 
 serveRpc({
+  ...profilerCommands(),
   async seed(request) {
     const kind = request.kind as PoolKind;
     const count = request.count as number;

@@ -8,6 +8,8 @@
  *   npm run bench -- --smoke          every case for 1 s, small scale seed, no thresholds (CI)
  *   npm run bench -- --profile CASE   Pinpoint (SQLite) under CASE at c=16 with --cpu-prof, then the hottest functions
  *   npm run bench -- --keep           keep the temp folder (databases, access logs, pools, profiles)
+ *   npm run bench -- --only A,B       only these cases (names as in the table, or `scale`); no RESULTS.md
+ *   npm run bench -- --connections 16 only this concurrency (default 1,16); no RESULTS.md
  */
 import { mkdtemp, readFile, rm, stat, unlink } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -27,10 +29,16 @@ const { values: options } = parseArgs({
     keep: { type: 'boolean', default: false },
     profile: { type: 'string' },
     target: { type: 'string', default: 'pinpoint-sqlite' },
+    only: { type: 'string' },
+    connections: { type: 'string' },
   },
   strict: true,
 });
 const smoke = options.smoke === true;
+const only = options.only?.split(',');
+const selected = (name: string): boolean => only === undefined || only.includes(name);
+const concurrencies = (options.connections ?? '1,16').split(',').map(Number);
+const partial = only !== undefined || options.connections !== undefined;
 
 /** Seconds: warm-up per server and case, one measured segment, and the segment order per case. */
 const timing = smoke
@@ -116,12 +124,12 @@ let poolFiles = 0;
 
 async function ensurePool(participant: Participant, connections: number, seconds: number, group: string): Promise<void> {
   const pool = participant.pool;
-  if (pool === undefined) return;
+  // Pre-seeded pools were sized from the measured refresh rate; running dry shows up as errors.
+  if (pool === undefined || pool.preseeded) return;
   const estimate = caseRate.get(`${group}|${participant.label}`) ?? bestRate.get(participant.server.name) ?? 15_000;
   const need = Math.ceil(estimate * seconds * 1.5) + 4 * connections + 200;
   const remaining = await driver.call<number>('remaining', { name: pool.name });
   if (remaining >= need) return;
-  if (pool.preseeded) throw new Error(`${participant.label}: ${remaining} pre-seeded tokens left, ${need} needed`);
   // Twice what one run needs, so most segments find their tokens ready.
   const file = join(temp, `pool-${(poolFiles += 1)}.txt`);
   await participant.server.peer.call('seed', { kind: pool.kind, count: 2 * need - remaining, file });
@@ -175,7 +183,12 @@ function describeErrors(result: RunResult): string {
 }
 
 /** Warms every participant, then runs the interleaved measured segments; one row per participant. */
-async function runCase(caseName: CaseName | 'scale', connections: number, participants: readonly Participant[]): Promise<Row[]> {
+async function runCase(
+  caseName: CaseName | 'scale',
+  connections: number,
+  participants: readonly Participant[],
+  afterWarmup?: () => Promise<unknown>,
+): Promise<Row[]> {
   const group = `${caseName}|c${connections}`;
   const tallies = new Map<string, Tally>(
     participants.map((p) => [p.label, { responses: 0, seconds: 0, errors: 0, segmentRates: [], serverCpu: 0, driverCpu: 0, firstSecond: [] }]),
@@ -193,6 +206,7 @@ async function runCase(caseName: CaseName | 'scale', connections: number, partic
   if (timing.warmup > 0) {
     for (const participant of participants) note(participant, await runOnce(participant, connections, timing.warmup, group));
   }
+  await afterWarmup?.();
   for (const participant of timing.order(participants)) {
     const result = await runOnce(participant, connections, timing.segment, group, `${group}|${participant.label}`);
     const tally = note(participant, result);
@@ -239,14 +253,14 @@ function participantsFor(caseName: CaseName, list: readonly { label: string; ser
     switch (caseName) {
       case 'client_credentials':
         // Pinpoint: the client's whole audience (DESIGN.md §5); oidc-provider: its default resource.
-        return { label, server, path: '/token', body: ccBody, expect: { shape: 'token', aud: oidc ? API : AUDIENCE, refreshToken: false } };
+        return { label, server, path: '/token', body: ccBody, expect: { shape: 'token', aud: oidc ? API : AUDIENCE, refreshToken: false, issuer: server.issuer } };
       case 'refresh_token+resource': {
         const name = `${server.name}:refresh`;
-        return { label, server, path: '/token', body: { kind: 'refresh', pool: name }, expect: { shape: 'token', aud: API, refreshToken: true }, pool: { kind: 'refresh', name, preseeded: false } };
+        return { label, server, path: '/token', body: { kind: 'refresh', pool: name }, expect: { shape: 'token', aud: API, refreshToken: true, issuer: server.issuer }, pool: { kind: 'refresh', name, preseeded: false } };
       }
       case 'authorization_code+resource': {
         const name = `${server.name}:code`;
-        return { label, server, path: '/token', body: { kind: 'code', pool: name }, expect: { shape: 'token', aud: API, refreshToken: true }, pool: { kind: 'code', name, preseeded: false } };
+        return { label, server, path: '/token', body: { kind: 'code', pool: name }, expect: { shape: 'token', aud: API, refreshToken: true, issuer: server.issuer }, pool: { kind: 'code', name, preseeded: false } };
       }
     }
   });
@@ -257,21 +271,24 @@ async function stopAll(list: readonly Server[]): Promise<void> {
   for (const server of list) servers.splice(servers.indexOf(server), 1);
 }
 
+/** One server under one case at c=16, with the V8 profiler on for the measured segments only (no seeding, no warm-up). */
 async function profileRun(caseName: CaseName): Promise<void> {
   const target = options.target as ServerName;
-  const profileDir = join(temp, 'profile');
-  const flags = [`--cpu-prof`, `--cpu-prof-dir=${profileDir}`];
   const server =
     target === 'oidc-provider'
-      ? await startServer('oidc-provider', 'oidc-server.ts', {}, flags)
+      ? await startServer('oidc-provider', 'oidc-server.ts')
       : target === 'pinpoint-memory'
-        ? await startServer('pinpoint-memory', 'pinpoint-server.ts', pinpointEnv('memory'), flags)
-        : await startServer('pinpoint-sqlite', 'pinpoint-server.ts', pinpointEnv('sqlite', join(temp, 'pinpoint.db')), flags);
-  await driver.ready;
-  const rows = await runCase(caseName, 16, participantsFor(caseName, [{ label: server.name, server }]));
+        ? await startServer('pinpoint-memory', 'pinpoint-server.ts', pinpointEnv('memory'))
+        : await startServer('pinpoint-sqlite', 'pinpoint-server.ts', pinpointEnv('sqlite', join(temp, 'pinpoint.db')));
+  const [participant] = participantsFor(caseName, [{ label: server.name, server }]);
+  if (participant === undefined) return;
+  // Every token the run needs is created before the profiler starts.
+  await ensurePool(participant, 16, timing.warmup + timing.segment * timing.order([0]).length, `${caseName}|c16`);
+  const file = join(temp, `${server.name}-${caseName}.cpuprofile`);
+  const rows = await runCase(caseName, 16, [participant], () => server.peer.call('profileStart'));
+  await server.peer.call('profileStop', { file });
   printReport(rows, [], undefined, pinned, log);
-  await server.peer.stop(30_000);
-  for (const line of await summariseProfile(profileDir)) log(line);
+  for (const line of await summariseProfile(temp)) log(line);
 }
 
 async function main(): Promise<number> {
@@ -295,13 +312,13 @@ async function main(): Promise<number> {
     { label: 'pinpoint memory', server: memory },
   ];
   const floorParticipants: Participant[] = [
-    { label: 'fastify+jose', server: floor, path: '/jose', body: ccBody, expect: { shape: 'token', aud: AUDIENCE, refreshToken: false } },
+    { label: 'fastify+jose', server: floor, path: '/jose', body: ccBody, expect: { shape: 'token', aud: AUDIENCE, refreshToken: false, issuer: floor.issuer } },
     { label: 'fastify bare', server: floor, path: '/bare', body: ccBody, expect: { shape: 'plain' } },
   ];
 
   const rows: Row[] = [];
-  for (const caseName of CASES) {
-    for (const connections of [1, 16]) {
+  for (const caseName of CASES.filter(selected)) {
+    for (const connections of concurrencies) {
       const list = participantsFor(caseName, peers);
       if (caseName === 'client_credentials') list.push(...floorParticipants);
       rows.push(...(await runCase(caseName, connections, list)));
@@ -310,6 +327,10 @@ async function main(): Promise<number> {
   const logSize = await stat(join(temp, 'pinpoint-sqlite.log')).then((s) => s.size, () => 0);
   log(`  pinpoint sqlite access log: ${(logSize / 1e6).toFixed(1)} MB written at level info`);
   await stopAll([sqlite, memory, oidc, floor]);
+  if (!selected('scale')) {
+    log('');
+    return printReport(rows, [], undefined, pinned, log) > 0 ? 1 : 0;
+  }
 
   // Scale: refresh with few and with many live grants, each SQLite file seeded in bulk by a separate process.
   const measured = timing.segment * timing.order([0]).length;
@@ -333,8 +354,9 @@ async function main(): Promise<number> {
     pool: { ...(p.pool as NonNullable<Participant['pool']>), preseeded: true },
   }));
   const scaleRows = await runCase('scale', 16, scaleParticipants);
-  for (const [which, { server }] of [['small', scaleServers[0]], ['large', scaleServers[1]]] as const) {
-    if (server === undefined) continue;
+  for (const [which, entry] of [['small', scaleServers[0]], ['large', scaleServers[1]]] as const) {
+    if (entry === undefined) continue;
+    const server = entry.server;
     const memoryNow = residentMemory(server.peer.pid);
     scale.rssAfterRun[which] = memoryNow.rss;
     scale.peakRss[which] = memoryNow.peak;
@@ -356,7 +378,7 @@ async function main(): Promise<number> {
     for (const target of targets) log(`  ${target.met ? 'met    ' : 'NOT MET'}  ${target.name}: ${target.detail}`);
   }
   log(`\nbench: ${((Date.now() - started) / 1000).toFixed(0)} s`);
-  if (!smoke) {
+  if (!smoke && !partial) {
     await writeResults(join(here, 'RESULTS.md'), { rows, scaleRows, scale, targets: targets ?? [], signing, pinned, seconds: (Date.now() - started) / 1000 });
     log('bench: wrote bench/RESULTS.md');
   }

@@ -70,7 +70,7 @@ const insertBatch = db.transaction((from: number, to: number, now: number): stri
 
 for (let from = 0; from < grants; from += BATCH) {
   const lines = insertBatch(from, Math.min(grants, from + BATCH), Date.now());
-  if (lines.length > 0 && !output.write(`${lines.join('\n')}\n`)) await new Promise((resolve) => output.once('drain', resolve));
+  if (lines.length > 0 && !output.write(`${lines.join('\n')}\n`)) await new Promise<void>((resolve) => output.once('drain', () => resolve()));
 }
 await new Promise<void>((resolve, reject) => output.end((error?: Error | null) => (error ? reject(error) : resolve())));
 db.pragma('wal_checkpoint(TRUNCATE)');

@@ -4,8 +4,16 @@ import type { ClientRecord } from '../config/types.js';
 import { invalidClient } from '../errors.js';
 import { single, type Params } from '../http/params.js';
 
-/** RFC 6749 §2.3.1: the Basic credentials are form-urlencoded before base64. */
+/** The last header decoded: each request decodes its header twice (claimedClientId, then authenticateClient). */
+let lastDecoded: { header: string; credentials: { id: string; secret: string } | undefined } | undefined;
+
 function decodeBasic(header: string): { id: string; secret: string } | undefined {
+  if (lastDecoded?.header !== header) lastDecoded = { header, credentials: decodeBasicHeader(header) };
+  return lastDecoded.credentials;
+}
+
+/** RFC 6749 §2.3.1: the Basic credentials are form-urlencoded before base64. */
+function decodeBasicHeader(header: string): { id: string; secret: string } | undefined {
   const match = /^Basic ([A-Za-z0-9+/=]+)$/i.exec(header.trim());
   if (match === null) return undefined;
   const decoded = Buffer.from(match[1] as string, 'base64').toString('utf8');
@@ -19,10 +27,17 @@ function decodeBasic(header: string): { id: string; secret: string } | undefined
   }
 }
 
+/** Digests of the configured secrets, computed once per secret rather than per request. */
+const expectedDigests = new Map<string, Buffer>();
+
 /** Compares digests so the comparison takes the same time whatever the lengths. */
 function secretsEqual(presented: string, expected: string): boolean {
+  let b = expectedDigests.get(expected);
+  if (b === undefined) {
+    b = createHash('sha256').update(expected).digest();
+    expectedDigests.set(expected, b);
+  }
   const a = createHash('sha256').update(presented).digest();
-  const b = createHash('sha256').update(expected).digest();
   return timingSafeEqual(a, b);
 }
 
