@@ -4,16 +4,18 @@ import type { ClientRecord } from '../config/types.js';
 import { invalidClient } from '../errors.js';
 import { single, type Params } from '../http/params.js';
 
-/** The last header decoded: each request decodes its header twice (claimedClientId, then authenticateClient). */
-let lastDecoded: { header: string; credentials: { id: string; secret: string } | undefined } | undefined;
-
-function decodeBasic(header: string): { id: string; secret: string } | undefined {
-  if (lastDecoded?.header !== header) lastDecoded = { header, credentials: decodeBasicHeader(header) };
-  return lastDecoded.credentials;
+/** What a request presents, decoded once per request. */
+export interface PresentedCredentials {
+  /** The client the request claims to be, before authentication (for rate limits and logs). */
+  readonly claimedClientId: string | undefined;
+  readonly basic: { readonly id: string; readonly secret: string } | undefined;
+  readonly malformedBasic: boolean;
+  readonly bodyClientId: string | undefined;
+  readonly bodySecret: boolean;
 }
 
 /** RFC 6749 §2.3.1: the Basic credentials are form-urlencoded before base64. */
-function decodeBasicHeader(header: string): { id: string; secret: string } | undefined {
+function decodeBasic(header: string): { id: string; secret: string } | undefined {
   const match = /^Basic ([A-Za-z0-9+/=]+)$/i.exec(header.trim());
   if (match === null) return undefined;
   const decoded = Buffer.from(match[1] as string, 'base64').toString('utf8');
@@ -27,36 +29,41 @@ function decodeBasicHeader(header: string): { id: string; secret: string } | und
   }
 }
 
-/** Digests of the configured secrets, computed once per secret rather than per request. */
-const expectedDigests = new Map<string, Buffer>();
+export function readClientCredentials(authorization: string | undefined, params: Params): PresentedCredentials {
+  const basic = authorization === undefined ? undefined : decodeBasic(authorization);
+  const bodyClientId = single(params, 'client_id');
+  return {
+    claimedClientId: authorization === undefined ? bodyClientId : basic?.id,
+    basic,
+    malformedBasic: authorization !== undefined && basic === undefined,
+    bodyClientId,
+    bodySecret: params.has('client_secret'),
+  };
+}
+
+/** SHA-256 of each configured secret, computed once per client rather than per request. */
+const secretDigests = new WeakMap<ClientRecord, Buffer>();
 
 /** Compares digests so the comparison takes the same time whatever the lengths. */
-function secretsEqual(presented: string, expected: string): boolean {
-  let b = expectedDigests.get(expected);
-  if (b === undefined) {
-    b = createHash('sha256').update(expected).digest();
-    expectedDigests.set(expected, b);
+function secretMatches(client: ClientRecord, presented: string): boolean {
+  if (client.secret === undefined) return false;
+  let expected = secretDigests.get(client);
+  if (expected === undefined) {
+    expected = createHash('sha256').update(client.secret).digest();
+    secretDigests.set(client, expected);
   }
-  const a = createHash('sha256').update(presented).digest();
-  return timingSafeEqual(a, b);
+  return timingSafeEqual(createHash('sha256').update(presented).digest(), expected);
 }
 
 /** The authenticated client, or throws invalid_client (401 with WWW-Authenticate). */
-export function authenticateClient(
-  authorization: string | undefined,
-  params: Params,
-  clients: ReadonlyMap<string, ClientRecord>,
-): ClientRecord {
-  const bodyClientId = single(params, 'client_id');
-  if (params.has('client_secret')) throw invalidClient('client_secret_post is not supported; send the secret with HTTP Basic');
-  if (authorization !== undefined) {
-    const credentials = decodeBasic(authorization);
-    if (credentials === undefined) throw invalidClient('the Authorization header is not valid HTTP Basic');
-    if (bodyClientId !== undefined && bodyClientId !== credentials.id) throw invalidClient('client_id does not match the credentials');
-    const client = clients.get(credentials.id);
-    if (client?.secret === undefined || !secretsEqual(credentials.secret, client.secret)) {
-      throw invalidClient('client authentication failed');
-    }
+export function authenticateClient(presented: PresentedCredentials, clients: ReadonlyMap<string, ClientRecord>): ClientRecord {
+  const { basic, bodyClientId } = presented;
+  if (presented.bodySecret) throw invalidClient('client_secret_post is not supported; send the secret with HTTP Basic');
+  if (presented.malformedBasic) throw invalidClient('the Authorization header is not valid HTTP Basic');
+  if (basic !== undefined) {
+    if (bodyClientId !== undefined && bodyClientId !== basic.id) throw invalidClient('client_id does not match the credentials');
+    const client = clients.get(basic.id);
+    if (client === undefined || !secretMatches(client, basic.secret)) throw invalidClient('client authentication failed');
     return client;
   }
   if (bodyClientId === undefined) throw invalidClient('client authentication is required');
@@ -64,10 +71,4 @@ export function authenticateClient(
   if (client === undefined) throw invalidClient('client authentication failed');
   if (client.kind === 'confidential') throw invalidClient('this client must authenticate with HTTP Basic');
   return client;
-}
-
-/** The client a request claims to be, before authentication (for rate limits and logs). */
-export function claimedClientId(authorization: string | undefined, params: Params): string | undefined {
-  if (authorization !== undefined) return decodeBasic(authorization)?.id;
-  return single(params, 'client_id');
 }

@@ -10,7 +10,7 @@ import type { DeviceAuthorizationRecord } from '../store/types.js';
 import { newSecret } from '../tokens/mint.js';
 import { authenticateClient } from './client-auth.js';
 import { unwrap } from './grants/grant.js';
-import { handleFormEndpoint } from './token.js';
+import { handleFormEndpoint } from './form-endpoint.js';
 
 /** RFC 8628 §3.2 expires_in: long enough to find a phone and sign in. */
 export const DEVICE_CODE_LIFETIME_MS = 600_000;
@@ -58,8 +58,8 @@ export function deviceAuthorizationRoutes(ctx: AppContext): FastifyPluginAsync {
 
   return async (app) => {
     app.post('/device_authorization', { config: { cors: 'clients' } }, async (request, reply) =>
-      handleFormEndpoint(ctx, request, reply, async (params) => {
-        const client = authenticateClient(request.headers.authorization, params, ctx.config.clients);
+      handleFormEndpoint(ctx, request, reply, async (params, presented) => {
+        const client = authenticateClient(presented, ctx.config.clients);
         if (client.kind !== 'device') throw new OAuthError('unauthorized_client', 'this client may not use the device authorization flow');
         // DESIGN.md §5: device tokens are for the whole audience, so any `resource` is refused, never ignored.
         unwrap(decideResourceParameter('device_code', all(params, 'resource')));

@@ -1,0 +1,44 @@
+/** The common front of the form-posting OAuth endpoints (/token, /device_authorization). */
+import type { FastifyReply, FastifyRequest } from 'fastify';
+import type { AppContext } from '../context.js';
+import { OAuthError } from '../errors.js';
+import { countFailure, tooManyFailures } from '../http/failure-limit.js';
+import { checkLimits, EMPTY_PARAMS, repeatedParameter, type Params } from '../http/params.js';
+import { sendJsonError, toOAuthError } from '../http/render-error.js';
+import { readClientCredentials, type PresentedCredentials } from './client-auth.js';
+
+/** Content type, limits, repeats and rate limits, then `handle`; every error rendered as JSON in one place. */
+export async function handleFormEndpoint(
+  ctx: AppContext,
+  request: FastifyRequest,
+  reply: FastifyReply,
+  handle: (params: Params, presented: PresentedCredentials) => Promise<{ status?: number; body: unknown }>,
+): Promise<FastifyReply> {
+  const params = (request.body as Params | undefined) ?? EMPTY_PARAMS;
+  const presented = readClientCredentials(request.headers.authorization, params);
+  const clientId = presented.claimedClientId;
+  request.clientId = clientId;
+  try {
+    const limited = tooManyFailures(ctx, request, clientId);
+    if (limited !== undefined) throw limited;
+    if (request.headers['content-type'] === undefined && request.body === undefined) {
+      throw new OAuthError('invalid_request', 'the body must be application/x-www-form-urlencoded', 415);
+    }
+    const limitError = checkLimits(params);
+    if (limitError !== undefined) throw limitError;
+    // DESIGN.md §4: every parameter at most once; `resource` repeats are the policy's to judge (§5).
+    const repeated = repeatedParameter(params, ['resource']);
+    if (repeated !== undefined) throw new OAuthError('invalid_request', `${repeated} appears more than once`);
+    const { status, body } = await handle(params, presented);
+    request.outcome = 'ok';
+    return reply.code(status ?? 200).header('Cache-Control', 'no-store').header('Pragma', 'no-cache').send(body);
+  } catch (error) {
+    const oauthError = toOAuthError(error, request);
+    // RFC 8628 §3.5: authorization_pending and slow_down are how polling waits, not failed requests.
+    if (oauthError.code !== 'authorization_pending' && oauthError.code !== 'slow_down') {
+      countFailure(ctx, request, clientId, oauthError.status);
+    }
+    return sendJsonError(reply, oauthError);
+  }
+}
+
