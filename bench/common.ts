@@ -66,3 +66,12 @@ export function jwtPayload(jwt: string): Record<string, unknown> {
   if (part === undefined) throw new Error('not a JWT');
   return JSON.parse(Buffer.from(part, 'base64url').toString('utf8')) as Record<string, unknown>;
 }
+
+/** The same items in random order (Fisher-Yates), in place. */
+export function shuffled<T>(items: T[]): T[] {
+  for (let i = items.length - 1; i > 0; i -= 1) {
+    const j = Math.floor(Math.random() * (i + 1));
+    [items[i], items[j]] = [items[j] as T, items[i] as T];
+  }
+  return items;
+}

@@ -21,6 +21,7 @@ import {
   SCOPE,
   SEEDED_CODE_LIFETIME_MS,
   serveRpc,
+  shuffled,
   type PoolKind,
 } from './common.js';
 import { profilerCommands } from './inspector.js';
@@ -124,7 +125,8 @@ async function seedRefreshTokens(count: number): Promise<string[]> {
     });
     lines.push(await token.save());
   }
-  return lines;
+  // In no particular order, as for Pinpoint (its SQLite pages would otherwise be read in insertion order).
+  return shuffled(lines);
 }
 
 async function seedCodes(count: number): Promise<string[]> {

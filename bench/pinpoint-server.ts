@@ -6,12 +6,13 @@
  */
 import { randomUUID } from 'node:crypto';
 import { writeFile } from 'node:fs/promises';
+import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { buildApp } from '../src/app.js';
 import { deepFreeze, frozenMap } from '../src/config/frozen.js';
 import type { ClientRecord, Config, StateConfig } from '../src/config/types.js';
 import { createLogger } from '../src/log.js';
 import { openStore } from '../src/store/open.js';
-import type { Grant } from '../src/store/types.js';
+import type { Grant, Store } from '../src/store/types.js';
 import { loadSigningKeys } from '../src/tokens/keys.js';
 import { newSecret } from '../src/tokens/mint.js';
 import {
@@ -24,6 +25,7 @@ import {
   SCOPE,
   SEEDED_CODE_LIFETIME_MS,
   serveRpc,
+  shuffled,
   type PoolKind,
 } from './common.js';
 import { profilerCommands } from './inspector.js';
@@ -61,7 +63,12 @@ const config: Config = deepFreeze({
 });
 
 const logger = createLogger(config.logLevel);
-const store = await openStore(config.state, { warn: (message) => logger.warn(message) });
+// BENCH_STORE_MODULE: a module exporting another SqliteStore, to measure a change before making it in src/.
+const variant = process.env.BENCH_STORE_MODULE;
+const store =
+  variant !== undefined && config.state.kind === 'sqlite'
+    ? new ((await import(variant)) as { SqliteStore: new (path: string) => Store }).SqliteStore(config.state.path)
+    : await openStore(config.state, { warn: (message) => logger.warn(message) });
 const keys = await loadSigningKeys(store);
 const { app } = await buildApp({ config, store, keys, logger });
 const sweep = setInterval(() => {
@@ -83,9 +90,15 @@ function newGrant(now: number, index: number): Grant {
   };
 }
 
+const loopDelay = monitorEventLoopDelay({ resolution: 1 });
+loopDelay.enable();
+
 let seeded = 0;
 
-/** The state a code exchange leaves behind (grant, used code, refresh token), `count` times; one token per line. */
+/**
+ * The state a code exchange leaves behind (grant, used code, refresh token), `count` times; one token per
+ * line, shuffled: clients refresh in no particular order, not in the order their grants were made.
+ */
 async function seedRefreshTokens(count: number): Promise<string[]> {
   const lines: string[] = [];
   for (let i = 0; i < count; i += 1) {
@@ -106,7 +119,7 @@ async function seedRefreshTokens(count: number): Promise<string[]> {
     await store.addRefreshToken({ digest: refresh.digest, grantId: grant.id, issuedAt: now, expiresAt: now + REFRESH_LIFETIME_MS });
     lines.push(refresh.value);
   }
-  return lines;
+  return shuffled(lines);
 }
 
 /** The state /authorize leaves behind (grant bound to both resources, code with an S256 challenge); "code verifier" per line. */
@@ -142,6 +155,12 @@ serveRpc({
   },
   memory() {
     return process.memoryUsage();
+  },
+  /** Event-loop delay since the last call (ms): what stalls every request in flight at once. */
+  loopDelay() {
+    const summary = { p50: loopDelay.percentile(50) / 1e6, p99: loopDelay.percentile(99) / 1e6, max: loopDelay.max / 1e6 };
+    loopDelay.reset();
+    return summary;
   },
   async stop() {
     clearInterval(sweep);

@@ -6,11 +6,16 @@
  *
  *   npm run bench                     full run (about 10 minutes), writes bench/RESULTS.md
  *   npm run bench -- --smoke          every case for 1 s, small scale seed, no thresholds (CI)
- *   npm run bench -- --profile CASE   Pinpoint (SQLite) under CASE at c=16 with --cpu-prof, then the hottest functions
+ *   npm run bench -- --profile CASE   Pinpoint (SQLite) under CASE at c=16 with the V8 profiler, then the hottest functions
+ *                                     (--target oidc-provider|pinpoint-memory to profile another; --perf adds Linux perf,
+ *                                     native code, kernel and every thread included)
  *   npm run bench -- --keep           keep the temp folder (databases, access logs, pools, profiles)
  *   npm run bench -- --only A,B       only these cases (names as in the table, or `scale`); no RESULTS.md
  *   npm run bench -- --connections 16 only this concurrency (default 1,16); no RESULTS.md
+ *   npm run bench -- --variant FILE   also run "pinpoint variant": SQLite through the SqliteStore FILE exports, interleaved
+ *                                     with the others, to measure a store change before making it in src/; no RESULTS.md
  */
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { mkdtemp, readFile, rm, stat, unlink } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
@@ -31,6 +36,8 @@ const { values: options } = parseArgs({
     target: { type: 'string', default: 'pinpoint-sqlite' },
     only: { type: 'string' },
     connections: { type: 'string' },
+    perf: { type: 'boolean', default: false },
+    variant: { type: 'string' },
   },
   strict: true,
 });
@@ -38,7 +45,7 @@ const smoke = options.smoke === true;
 const only = options.only?.split(',');
 const selected = (name: string): boolean => only === undefined || only.includes(name);
 const concurrencies = (options.connections ?? '1,16').split(',').map(Number);
-const partial = only !== undefined || options.connections !== undefined;
+const partial = only !== undefined || options.connections !== undefined || options.variant !== undefined;
 
 /** Seconds: warm-up per server and case, one measured segment, and the segment order per case. */
 const timing = smoke
@@ -54,7 +61,7 @@ const timing = smoke
     };
 const SCALE = smoke ? { small: 10_000, large: 20_000 } : { small: 10_000, large: 1_000_000 };
 
-type ServerName = 'pinpoint-sqlite' | 'pinpoint-memory' | 'oidc-provider' | 'floor' | 'scale-small' | 'scale-large';
+type ServerName = 'pinpoint-sqlite' | 'pinpoint-memory' | 'pinpoint-variant' | 'oidc-provider' | 'floor' | 'scale-small' | 'scale-large';
 interface Ready {
   readonly ready: true;
   readonly port: number;
@@ -271,24 +278,45 @@ async function stopAll(list: readonly Server[]): Promise<void> {
   for (const server of list) servers.splice(servers.indexOf(server), 1);
 }
 
-/** One server under one case at c=16, with the V8 profiler on for the measured segments only (no seeding, no warm-up). */
+/** One server under one case at c=16, with the V8 profiler (and perf) on for the measured segments only (no seeding, no warm-up). */
 async function profileRun(caseName: CaseName): Promise<void> {
   const target = options.target as ServerName;
+  const nodeOptions = options.perf ? ['--perf-basic-prof-only-functions'] : [];
   const server =
     target === 'oidc-provider'
-      ? await startServer('oidc-provider', 'oidc-server.ts')
+      ? await startServer('oidc-provider', 'oidc-server.ts', {}, nodeOptions)
       : target === 'pinpoint-memory'
-        ? await startServer('pinpoint-memory', 'pinpoint-server.ts', pinpointEnv('memory'))
-        : await startServer('pinpoint-sqlite', 'pinpoint-server.ts', pinpointEnv('sqlite', join(temp, 'pinpoint.db')));
+        ? await startServer('pinpoint-memory', 'pinpoint-server.ts', pinpointEnv('memory'), nodeOptions)
+        : await startServer('pinpoint-sqlite', 'pinpoint-server.ts', pinpointEnv('sqlite', join(temp, 'pinpoint.db')), nodeOptions);
   const [participant] = participantsFor(caseName, [{ label: server.name, server }]);
   if (participant === undefined) return;
   // Every token the run needs is created before the profiler starts.
   await ensurePool(participant, 16, timing.warmup + timing.segment * timing.order([0]).length, `${caseName}|c16`);
   const file = join(temp, `${server.name}-${caseName}.cpuprofile`);
-  const rows = await runCase(caseName, 16, [participant], () => server.peer.call('profileStart'));
+  const perfData = join(temp, 'perf.data');
+  let perf: ChildProcess | undefined;
+  const rows = await runCase(caseName, 16, [participant], async () => {
+    if (options.perf) perf = spawn('perf', ['record', '-F', '999', '-g', '-p', String(server.peer.pid), '-o', perfData], { stdio: 'ignore' });
+    if (server.name !== 'oidc-provider') await server.peer.call('loopDelay');
+    await server.peer.call('profileStart');
+  });
   await server.peer.call('profileStop', { file });
+  if (server.name !== 'oidc-provider') {
+    const delay = await server.peer.call<{ p50: number; p99: number; max: number }>('loopDelay');
+    log(`event-loop delay while measured: p50 ${delay.p50.toFixed(1)} ms, p99 ${delay.p99.toFixed(1)} ms, max ${delay.max.toFixed(1)} ms`);
+  }
+  if (perf !== undefined) {
+    const exited = new Promise((resolve) => perf?.once('exit', resolve));
+    perf.kill('SIGINT');
+    await exited;
+  }
   printReport(rows, [], undefined, pinned, log);
   for (const line of await summariseProfile(temp)) log(line);
+  if (perf !== undefined) {
+    const report = spawnSync('perf', ['report', '-i', perfData, '--no-children', '--sort', 'dso,sym', '--stdio', '-g', 'none'], { encoding: 'utf8', maxBuffer: 64 * 1024 * 1024 });
+    log('perf, self time by symbol (whole process, every thread):');
+    for (const line of report.stdout.split('\n').filter((l) => l.trim() !== '' && !l.startsWith('#')).slice(0, 40)) log(`  ${line.trim()}`);
+  }
 }
 
 async function main(): Promise<number> {
@@ -311,6 +339,10 @@ async function main(): Promise<number> {
     { label: 'oidc-provider', server: oidc },
     { label: 'pinpoint memory', server: memory },
   ];
+  if (options.variant !== undefined) {
+    const env = { ...pinpointEnv('sqlite', join(temp, 'variant.db')), BENCH_STORE_MODULE: options.variant };
+    peers.push({ label: 'pinpoint variant', server: await startServer('pinpoint-variant', 'pinpoint-server.ts', env) });
+  }
   const floorParticipants: Participant[] = [
     { label: 'fastify+jose', server: floor, path: '/jose', body: ccBody, expect: { shape: 'token', aud: AUDIENCE, refreshToken: false, issuer: floor.issuer } },
     { label: 'fastify bare', server: floor, path: '/bare', body: ccBody, expect: { shape: 'plain' } },
@@ -326,7 +358,7 @@ async function main(): Promise<number> {
   }
   const logSize = await stat(join(temp, 'pinpoint-sqlite.log')).then((s) => s.size, () => 0);
   log(`  pinpoint sqlite access log: ${(logSize / 1e6).toFixed(1)} MB written at level info`);
-  await stopAll([sqlite, memory, oidc, floor]);
+  await stopAll([...servers]);
   if (!selected('scale')) {
     log('');
     return printReport(rows, [], undefined, pinned, log) > 0 ? 1 : 0;

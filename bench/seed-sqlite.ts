@@ -3,17 +3,17 @@
  * straight into a Pinpoint SQLite file in large transactions (rows as the store writes them: rows.ts
  * grantParams, SHA-256 digests from tokens/mint.ts). When the driver needs more fresh tokens than there
  * are grants, the grants get several active tokens each. Writes `tokens` token values, spread evenly over
- * the table, one per line, to `out`.
+ * the table and shuffled (clients refresh in no particular order), one per line, to `out`.
  * Usage: node --import tsx bench/seed-sqlite.ts DB_PATH GRANTS TOKENS OUT
  */
 import { randomUUID } from 'node:crypto';
-import { createWriteStream } from 'node:fs';
+import { writeFile } from 'node:fs/promises';
 import Database from 'better-sqlite3';
 import { grantParams } from '../src/store/rows.js';
 import { SqliteStore } from '../src/store/sqlite.js';
 import type { Grant } from '../src/store/types.js';
 import { newSecret } from '../src/tokens/mint.js';
-import { AUDIENCE, CLIENT_ID, REFRESH_LIFETIME_MS, SCOPE } from './common.js';
+import { AUDIENCE, CLIENT_ID, REFRESH_LIFETIME_MS, SCOPE, shuffled } from './common.js';
 
 const BATCH = 50_000;
 
@@ -37,11 +37,10 @@ const insertGrant = db.prepare(
 );
 const insertToken = db.prepare("INSERT INTO refresh_tokens (digest, grant_id, issued_at, expires_at, status) VALUES (?, ?, ?, ?, 'active')");
 
-const output = createWriteStream(out);
+const handedOut: string[] = [];
 let written = 0;
 let tokenIndex = 0;
-const insertBatch = db.transaction((from: number, to: number, now: number): string[] => {
-  const lines: string[] = [];
+const insertBatch = db.transaction((from: number, to: number, now: number): void => {
   for (let i = from; i < to; i += 1) {
     const grant: Grant = {
       id: randomUUID(),
@@ -59,20 +58,16 @@ const insertBatch = db.transaction((from: number, to: number, now: number): stri
       const token = newSecret();
       insertToken.run(token.digest, grant.id, now, now + REFRESH_LIFETIME_MS);
       if (tokenIndex % stride === 0 && written < wanted) {
-        lines.push(token.value);
+        handedOut.push(token.value);
         written += 1;
       }
       tokenIndex += 1;
     }
   }
-  return lines;
 });
 
-for (let from = 0; from < grants; from += BATCH) {
-  const lines = insertBatch(from, Math.min(grants, from + BATCH), Date.now());
-  if (lines.length > 0 && !output.write(`${lines.join('\n')}\n`)) await new Promise<void>((resolve) => output.once('drain', () => resolve()));
-}
-await new Promise<void>((resolve, reject) => output.end((error?: Error | null) => (error ? reject(error) : resolve())));
+for (let from = 0; from < grants; from += BATCH) insertBatch(from, Math.min(grants, from + BATCH), Date.now());
+await writeFile(out, `${shuffled(handedOut).join('\n')}\n`);
 db.pragma('wal_checkpoint(TRUNCATE)');
 db.close();
 process.stdout.write(

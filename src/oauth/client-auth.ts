@@ -1,4 +1,5 @@
 /** Client authentication at /token (RFC 6749 §2.3): HTTP Basic for confidential clients, client_id for public ones. */
+import * as nodeCrypto from 'node:crypto';
 import { createHash, timingSafeEqual } from 'node:crypto';
 import type { ClientRecord } from '../config/types.js';
 import { invalidClient } from '../errors.js';

@@ -42,15 +42,19 @@ import type {
 /** How long a writer waits for another process's write lock before the store counts as unavailable. */
 const BUSY_TIMEOUT_MS = 5000;
 
-/** How often the checkpointer thread copies the WAL back into the database file. */
-const CHECKPOINT_INTERVAL_MS = Number(process.env.XCKPT_MS ?? 100);
+/** How often the checkpointer thread copies the WAL back into the database file (a page written often is copied once). */
+const CHECKPOINT_INTERVAL_MS = 250;
 
-/** WAL pages after which a write checkpoints on the request path: only if the checkpointer thread falls far behind. */
-const FALLBACK_AUTOCHECKPOINT_PAGES = Number(process.env.XAUTOCKPT ?? 10_000);
+/**
+ * WAL pages (4 KiB) after which a commit checkpoints on the request path. Writers keep the WAL from being
+ * fully copied while the checkpointer works, so this is what finally restarts it, finishing what the
+ * checkpointer left: rarely, and with little to copy (bench/RESULTS.md).
+ */
+const FALLBACK_AUTOCHECKPOINT_PAGES = 30_000;
 
 /**
  * The checkpointer: its own connection in a worker thread, so the checkpoint's copying and its fsyncs
- * (synchronous=NORMAL syncs only there) never stall requests. Best effort: should it fail, the request
+ * (synchronous=NORMAL syncs only at checkpoints) stay off the event loop. Best effort: should it fail, the request
  * path checkpoints after FALLBACK_AUTOCHECKPOINT_PAGES.
  */
 const CHECKPOINTER = `
@@ -132,7 +136,6 @@ export class SqliteStore implements Store {
     this.#db = db;
     this.#statements = prepareStatements(db);
     this.#transactions = prepareTransactions(db, this.#statements);
-    if (process.env.XNOWORKER) { this.#checkpointer = { terminate: async () => 0 } as unknown as Worker; return; }
     this.#checkpointer = new Worker(CHECKPOINTER, {
       eval: true,
       workerData: { module: createRequire(import.meta.url).resolve('better-sqlite3'), file, busyTimeoutMs: BUSY_TIMEOUT_MS, intervalMs: CHECKPOINT_INTERVAL_MS },
