@@ -128,6 +128,13 @@ function percentile(sorted: Float64Array, p: number): number {
 
 async function run(spec: RunSpec): Promise<RunResult> {
   let exhausted = 0;
+  let instance: ReturnType<typeof autocannon> | undefined;
+  // No fresh token left: the run is void; it stops at once so a stream of refused requests does not trip the
+  // server's failure limiter (429) for the cases after this one.
+  const runDry = (): void => {
+    exhausted += 1;
+    if (exhausted === 1) setImmediate(() => instance?.stop());
+  };
   let invalid = 0;
   let firstInvalid: string | undefined;
   let verification: Promise<string | undefined> | undefined;
@@ -138,12 +145,12 @@ async function run(spec: RunSpec): Promise<RunResult> {
         return spec.body.text;
       case 'refresh': {
         const token = take(spec.body.pool);
-        if (token === undefined) exhausted += 1;
+        if (token === undefined) runDry();
         return `grant_type=refresh_token&refresh_token=${token ?? 'spent'}&resource=${ENCODED_API}`;
       }
       case 'code': {
         const [code, verifier] = (take(spec.body.pool) ?? '').split(' ');
-        if (code === undefined || verifier === undefined) exhausted += 1;
+        if (code === undefined || verifier === undefined) runDry();
         return `grant_type=authorization_code&code=${code ?? 'spent'}&redirect_uri=${ENCODED_REDIRECT}&code_verifier=${verifier ?? 'spent'}&resource=${ENCODED_API}`;
       }
     }
@@ -180,7 +187,7 @@ async function run(spec: RunSpec): Promise<RunResult> {
   let responses = 0;
   const cpuBefore = process.cpuUsage();
   const started = performance.now();
-  const instance = autocannon({
+  instance = autocannon({
     url: `http://127.0.0.1:${spec.port}`,
     connections: spec.connections,
     duration: spec.seconds,

@@ -12,7 +12,7 @@ import { deepFreeze, frozenMap } from '../src/config/frozen.js';
 import type { ClientRecord, Config, StateConfig } from '../src/config/types.js';
 import { createLogger } from '../src/log.js';
 import { openStore } from '../src/store/open.js';
-import type { Grant, Store } from '../src/store/types.js';
+import type { AuthorizationCodeRecord, Grant, Store } from '../src/store/types.js';
 import { loadSigningKeys } from '../src/tokens/keys.js';
 import { newSecret } from '../src/tokens/mint.js';
 import {
@@ -95,29 +95,45 @@ loopDelay.enable();
 
 let seeded = 0;
 
+/** Store calls issued together, in order, then awaited: the SQLite store commits each such batch at once. */
+const SEED_BATCH = 500;
+
+/** The code /authorize would have stored for `grant`, and its verifier. */
+function newCode(grant: Grant, now: number): { record: AuthorizationCodeRecord; value: string; verifier: string } {
+  const code = newSecret();
+  const verifier = newVerifier();
+  const record = {
+    digest: code.digest,
+    grantId: grant.id,
+    clientId: CLIENT_ID,
+    redirectUri: REDIRECT_URI,
+    codeChallenge: challengeOf(verifier),
+    expiresAt: now + SEEDED_CODE_LIFETIME_MS,
+  };
+  return { record, value: code.value, verifier };
+}
+
 /**
  * The state a code exchange leaves behind (grant, used code, refresh token), `count` times; one token per
  * line, shuffled: clients refresh in no particular order, not in the order their grants were made.
  */
 async function seedRefreshTokens(count: number): Promise<string[]> {
   const lines: string[] = [];
-  for (let i = 0; i < count; i += 1) {
-    const now = Date.now();
-    const grant = newGrant(now, (seeded += 1));
-    const code = newSecret();
-    const verifier = newVerifier();
-    await store.createGrantWithCode(grant, {
-      digest: code.digest,
-      grantId: grant.id,
-      clientId: CLIENT_ID,
-      redirectUri: REDIRECT_URI,
-      codeChallenge: challengeOf(verifier),
-      expiresAt: now + SEEDED_CODE_LIFETIME_MS,
-    });
-    await store.consumeCode(code.digest, now);
-    const refresh = newSecret();
-    await store.addRefreshToken({ digest: refresh.digest, grantId: grant.id, issuedAt: now, expiresAt: now + REFRESH_LIFETIME_MS });
-    lines.push(refresh.value);
+  for (let done = 0; done < count; done += SEED_BATCH) {
+    const calls: Promise<unknown>[] = [];
+    for (let i = done; i < Math.min(count, done + SEED_BATCH); i += 1) {
+      const now = Date.now();
+      const grant = newGrant(now, (seeded += 1));
+      const code = newCode(grant, now);
+      const refresh = newSecret();
+      calls.push(
+        store.createGrantWithCode(grant, code.record),
+        store.consumeCode(code.record.digest, now),
+        store.addRefreshToken({ digest: refresh.digest, grantId: grant.id, issuedAt: now, expiresAt: now + REFRESH_LIFETIME_MS }),
+      );
+      lines.push(refresh.value);
+    }
+    await Promise.all(calls);
   }
   return shuffled(lines);
 }
@@ -125,20 +141,16 @@ async function seedRefreshTokens(count: number): Promise<string[]> {
 /** The state /authorize leaves behind (grant bound to both resources, code with an S256 challenge); "code verifier" per line. */
 async function seedCodes(count: number): Promise<string[]> {
   const lines: string[] = [];
-  for (let i = 0; i < count; i += 1) {
-    const now = Date.now();
-    const grant = newGrant(now, (seeded += 1));
-    const code = newSecret();
-    const verifier = newVerifier();
-    await store.createGrantWithCode(grant, {
-      digest: code.digest,
-      grantId: grant.id,
-      clientId: CLIENT_ID,
-      redirectUri: REDIRECT_URI,
-      codeChallenge: challengeOf(verifier),
-      expiresAt: now + SEEDED_CODE_LIFETIME_MS,
-    });
-    lines.push(`${code.value} ${verifier}`);
+  for (let done = 0; done < count; done += SEED_BATCH) {
+    const calls: Promise<unknown>[] = [];
+    for (let i = done; i < Math.min(count, done + SEED_BATCH); i += 1) {
+      const now = Date.now();
+      const grant = newGrant(now, (seeded += 1));
+      const code = newCode(grant, now);
+      calls.push(store.createGrantWithCode(grant, code.record));
+      lines.push(`${code.value} ${code.verifier}`);
+    }
+    await Promise.all(calls);
   }
   return lines;
 }

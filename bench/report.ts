@@ -22,7 +22,7 @@ export interface Row {
   /** Share of one core the server used while measured, and the most the driver used. */
   readonly serverCpu: number;
   readonly driverCpu: number;
-  /** Lowest rate of a segment's first second against that segment's rate (1.00: already warm). */
+  /** Rate in the first second of a segment against that segment's rate, averaged over the segments (1.00: warm). */
   readonly firstSecond: number;
   readonly rss: number;
 }
@@ -123,7 +123,7 @@ function table(rows: readonly Row[]): string[] {
 export function printReport(rows: readonly Row[], scaleRows: readonly Row[], scale: ScaleResult | undefined, pinned: boolean, log: (line: string) => void): number {
   const all = [...rows, ...scaleRows];
   for (const line of table(all)) log(line);
-  log(`(req/s: mean over the measured segments; spread: half the range of segment rates; warm: slowest first second / segment rate;${pinned ? '' : ' NOT PINNED;'} cpu: share of one core)`);
+  log(`(req/s: mean over the measured segments; spread: half the range of segment rates; warm: first second / segment rate, mean over segments;${pinned ? '' : ' NOT PINNED;'} cpu: share of one core)`);
   for (const row of all.filter((r) => r.errors > 0)) log(`refused ${row.caseName} c=${row.connections} ${row.server}: ${row.firstError ?? `${row.errors} errors`}`);
   log('');
   for (const line of ratioLines(rows)) log(line);
@@ -223,7 +223,7 @@ export async function writeResults(
     '',
     'req/s: mean over the measured segments; spread: half the range of the segment rates; p50/p99/max: every measured response;',
     'srv cpu: share of its core the server used while measured; drv cpu: the most the driver used (near 100%: the driver, not the server, is the limit);',
-    'warm: the slowest first second of a segment against that segment\'s rate; rss: server resident memory after the case.',
+    'warm: the rate in the first second of a segment against that segment\'s rate, mean over the segments (about 1: no slow start); rss: server resident memory after the case.',
     '',
     ...(run.signing === undefined ? [] : ['## Signing one ES256 JWS on one core (bench/sign.ts)', '', '```', run.signing.trimEnd(), '```', '']),
     NOTES_MARKER,

@@ -124,22 +124,28 @@ const pinpointEnv = (state: 'sqlite' | 'memory', path?: string): Record<string, 
   BENCH_PINPOINT: JSON.stringify({ state, ...(path === undefined ? {} : { path }) }),
 });
 
-/** Highest rate seen per server (any case), then per participant and case: sizes the token pools. */
-const bestRate = new Map<ServerName, number>();
+/** Highest rate seen per server and concurrency (client_credentials runs first: it bounds the other cases). */
+const bestRate = new Map<string, number>();
 const caseRate = new Map<string, number>();
 let poolFiles = 0;
 
-async function ensurePool(participant: Participant, connections: number, seconds: number, group: string): Promise<void> {
+/**
+ * Makes sure the driver holds fresh tokens for `seconds` of this participant at its fastest, making
+ * `spare` times what is missing: a pool that ran dry would void the case, and its refused requests
+ * would trip the server's failure limiter (429) for the cases after it.
+ */
+async function ensurePool(participant: Participant, connections: number, seconds: number, group: string, spare = 1): Promise<void> {
   const pool = participant.pool;
   // Pre-seeded pools were sized from the measured refresh rate; running dry shows up as errors.
   if (pool === undefined || pool.preseeded) return;
-  const estimate = caseRate.get(`${group}|${participant.label}`) ?? bestRate.get(participant.server.name) ?? 15_000;
+  const bound = bestRate.get(`${participant.server.name}|c${connections}`) ?? bestRate.get(`${participant.server.name}|c16`) ?? 15_000;
+  // Cold (smoke mode), the servers' first rates say little about the next ones.
+  const estimate = Math.max(caseRate.get(`${group}|${participant.label}`) ?? 0, bound, smoke ? 15_000 : 0);
   const need = Math.ceil(estimate * seconds * 1.5) + 4 * connections + 200;
   const remaining = await driver.call<number>('remaining', { name: pool.name });
   if (remaining >= need) return;
-  // Twice what one run needs, so most segments find their tokens ready.
   const file = join(temp, `pool-${(poolFiles += 1)}.txt`);
-  await participant.server.peer.call('seed', { kind: pool.kind, count: 2 * need - remaining, file });
+  await participant.server.peer.call('seed', { kind: pool.kind, count: spare * need - remaining, file });
   await driver.call('pool', { name: pool.name, file });
   await unlink(file);
 }
@@ -156,7 +162,7 @@ interface Tally {
 }
 
 async function runOnce(participant: Participant, connections: number, seconds: number, group: string, series?: string): Promise<RunResult & { serverCpu: number }> {
-  await ensurePool(participant, connections, seconds, group);
+  await ensurePool(participant, connections, seconds, group, 2);
   const spec: RunSpec = {
     port: participant.server.port,
     path: participant.path,
@@ -171,7 +177,8 @@ async function runOnce(participant: Participant, connections: number, seconds: n
   const result = await driver.call<RunResult>('run', { spec });
   const serverCpu = (cpuSeconds(participant.server.peer.pid) - cpuBefore) / ((performance.now() - wallBefore) / 1000);
   const rate = result.responses / result.seconds;
-  bestRate.set(participant.server.name, Math.max(bestRate.get(participant.server.name) ?? 0, rate));
+  const key = `${participant.server.name}|c${connections}`;
+  bestRate.set(key, Math.max(bestRate.get(key) ?? 0, rate));
   caseRate.set(`${group}|${participant.label}`, Math.max(caseRate.get(`${group}|${participant.label}`) ?? 0, rate));
   return { ...result, serverCpu };
 }
@@ -213,6 +220,13 @@ async function runCase(
   if (timing.warmup > 0) {
     for (const participant of participants) note(participant, await runOnce(participant, connections, timing.warmup, group));
   }
+  // Every token the measured segments need is made now, sized from the warm-up's rate, so no seeding falls
+  // between them; a short second warm-up lets each server absorb what seeding wrote (its checkpoint).
+  const pooled = participants.filter((participant) => participant.pool !== undefined);
+  const measuredSeconds = timing.segment * timing.order([0]).length;
+  const settleSeconds = timing.warmup > 0 ? 1 : 0;
+  for (const participant of pooled) await ensurePool(participant, connections, measuredSeconds + settleSeconds, group);
+  if (settleSeconds > 0) for (const participant of pooled) note(participant, await runOnce(participant, connections, settleSeconds, group));
   await afterWarmup?.();
   for (const participant of timing.order(participants)) {
     const result = await runOnce(participant, connections, timing.segment, group, `${group}|${participant.label}`);
@@ -245,7 +259,7 @@ async function runCase(
       ...(tally.firstError === undefined ? {} : { firstError: tally.firstError }),
       serverCpu: tally.serverCpu / tally.seconds,
       driverCpu: tally.driverCpu,
-      firstSecond: tally.firstSecond.length === 0 ? Number.NaN : Math.min(...tally.firstSecond),
+      firstSecond: tally.firstSecond.length === 0 ? Number.NaN : tally.firstSecond.reduce((sum, x) => sum + x, 0) / tally.firstSecond.length,
       rss: residentMemory(participant.server.peer.pid).rss,
     });
   }

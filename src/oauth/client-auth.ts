@@ -42,6 +42,12 @@ export function readClientCredentials(authorization: string | undefined, params:
   };
 }
 
+const sha256: (text: string) => Buffer =
+  // crypto.hash (Node 20.12+) hashes in one call, without a Hash object per digest.
+  typeof nodeCrypto.hash === 'function'
+    ? (text) => nodeCrypto.hash('sha256', text, 'buffer')
+    : (text) => createHash('sha256').update(text).digest();
+
 /** SHA-256 of each configured secret, computed once per client rather than per request. */
 const secretDigests = new WeakMap<ClientRecord, Buffer>();
 
@@ -50,10 +56,10 @@ function secretMatches(client: ClientRecord, presented: string): boolean {
   if (client.secret === undefined) return false;
   let expected = secretDigests.get(client);
   if (expected === undefined) {
-    expected = createHash('sha256').update(client.secret).digest();
+    expected = sha256(client.secret);
     secretDigests.set(client, expected);
   }
-  return timingSafeEqual(createHash('sha256').update(presented).digest(), expected);
+  return timingSafeEqual(sha256(presented), expected);
 }
 
 /** The authenticated client, or throws invalid_client (401 with WWW-Authenticate). */
