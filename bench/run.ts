@@ -138,10 +138,13 @@ async function ensurePool(participant: Participant, connections: number, seconds
   const pool = participant.pool;
   // Pre-seeded pools were sized from the measured refresh rate; running dry shows up as errors.
   if (pool === undefined || pool.preseeded) return;
+  // The case's own rate once measured (its warm-up); before that, the server's best at this concurrency
+  // (client_credentials runs first and is the fastest case). Cold (smoke mode), first rates say little.
+  const measured = caseRate.get(`${group}|${participant.label}`);
   const bound = bestRate.get(`${participant.server.name}|c${connections}`) ?? bestRate.get(`${participant.server.name}|c16`) ?? 15_000;
-  // Cold (smoke mode), the servers' first rates say little about the next ones.
-  const estimate = Math.max(caseRate.get(`${group}|${participant.label}`) ?? 0, bound, smoke ? 15_000 : 0);
-  const need = Math.ceil(estimate * seconds * 1.5) + 4 * connections + 200;
+  const estimate = smoke ? Math.max(measured ?? 0, bound, 15_000) : (measured ?? bound);
+  // Tokens made and never used stay in the server's state, so the margin is modest; segments top up.
+  const need = Math.ceil(estimate * seconds * (measured === undefined ? 1.5 : 1.3)) + 4 * connections + 200;
   const remaining = await driver.call<number>('remaining', { name: pool.name });
   if (remaining >= need) return;
   const file = join(temp, `pool-${(poolFiles += 1)}.txt`);
