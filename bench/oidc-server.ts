@@ -4,7 +4,6 @@
  * refresh-token rotation on, its own in-memory adapter. Grants, refresh tokens and codes are created on
  * request through its models (Grant, RefreshToken, AuthorizationCode), as its grant handlers would.
  */
-import { writeFile } from 'node:fs/promises';
 import { createServer } from 'node:http';
 import { exportJWK, generateKeyPair } from 'jose';
 import Provider from 'oidc-provider';
@@ -22,10 +21,10 @@ import {
   SEEDED_CODE_LIFETIME_MS,
   serveRpc,
   shuffled,
-  type PoolKind,
 } from './common.js';
 import { profilerCommands } from './inspector.js';
 import { challengeOf, newVerifier } from './pkce.js';
+import { serverCommands } from './server-commands.js';
 
 /** The models the seeding uses, typed here since the package ships no types. */
 interface Models {
@@ -155,17 +154,7 @@ const server = createServer(provider.callback());
 
 serveRpc({
   ...profilerCommands(),
-  async seed(request) {
-    const kind = request.kind as PoolKind;
-    const count = request.count as number;
-    const started = performance.now();
-    const lines = kind === 'refresh' ? await seedRefreshTokens(count) : await seedCodes(count);
-    await writeFile(request.file as string, `${lines.join('\n')}\n`);
-    return { count: lines.length, ms: performance.now() - started };
-  },
-  memory() {
-    return process.memoryUsage();
-  },
+  ...serverCommands({ refresh: seedRefreshTokens, code: seedCodes }),
   async stop() {
     server.closeAllConnections();
     await new Promise<void>((resolve) => server.close(() => resolve()));

@@ -5,7 +5,6 @@
  * Settings come as JSON in BENCH_PINPOINT: { state: "sqlite" | "memory", path?: string }.
  */
 import { randomUUID } from 'node:crypto';
-import { writeFile } from 'node:fs/promises';
 import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { buildApp } from '../src/app.js';
 import { deepFreeze, frozenMap } from '../src/config/frozen.js';
@@ -14,7 +13,7 @@ import { createLogger } from '../src/log.js';
 import { openStore } from '../src/store/open.js';
 import type { AuthorizationCodeRecord, Grant, Store } from '../src/store/types.js';
 import { loadSigningKeys } from '../src/tokens/keys.js';
-import { newSecret } from '../src/tokens/mint.js';
+import { newRefreshToken, newSecret } from '../src/tokens/mint.js';
 import {
   AUDIENCE,
   CLIENT_ID,
@@ -26,10 +25,10 @@ import {
   SEEDED_CODE_LIFETIME_MS,
   serveRpc,
   shuffled,
-  type PoolKind,
 } from './common.js';
 import { profilerCommands } from './inspector.js';
 import { challengeOf, newVerifier } from './pkce.js';
+import { serverCommands } from './server-commands.js';
 
 /** serve() sweeps this often (src/server.ts); the benchmark server does the same work. */
 const SWEEP_INTERVAL_MS = 60_000;
@@ -98,6 +97,21 @@ let seeded = 0;
 /** Store calls issued together, in order, then awaited: the SQLite store commits each such batch at once. */
 const SEED_BATCH = 500;
 
+/** `count` pool lines, each from `seedOne`, whose store calls are issued SEED_BATCH items at a time and awaited per batch. */
+async function seedInBatches(count: number, seedOne: () => { calls: Promise<unknown>[]; line: string }): Promise<string[]> {
+  const lines: string[] = [];
+  for (let done = 0; done < count; done += SEED_BATCH) {
+    const calls: Promise<unknown>[] = [];
+    for (let i = done; i < Math.min(count, done + SEED_BATCH); i += 1) {
+      const one = seedOne();
+      calls.push(...one.calls);
+      lines.push(one.line);
+    }
+    await Promise.all(calls);
+  }
+  return lines;
+}
+
 /** The code /authorize would have stored for `grant`, and its verifier. */
 function newCode(grant: Grant, now: number): { record: AuthorizationCodeRecord; value: string; verifier: string } {
   const code = newSecret();
@@ -118,56 +132,34 @@ function newCode(grant: Grant, now: number): { record: AuthorizationCodeRecord; 
  * line, shuffled: clients refresh in no particular order, not in the order their grants were made.
  */
 async function seedRefreshTokens(count: number): Promise<string[]> {
-  const lines: string[] = [];
-  for (let done = 0; done < count; done += SEED_BATCH) {
-    const calls: Promise<unknown>[] = [];
-    for (let i = done; i < Math.min(count, done + SEED_BATCH); i += 1) {
-      const now = Date.now();
-      const grant = newGrant(now, (seeded += 1));
-      const code = newCode(grant, now);
-      const refresh = newSecret();
-      calls.push(
-        store.createGrantWithCode(grant, code.record),
-        store.consumeCode(code.record.digest, now),
-        store.addRefreshToken({ digest: refresh.digest, grantId: grant.id, issuedAt: now, expiresAt: now + REFRESH_LIFETIME_MS }),
-      );
-      lines.push(refresh.value);
-    }
-    await Promise.all(calls);
-  }
+  const lines = await seedInBatches(count, () => {
+    const now = Date.now();
+    const grant = newGrant(now, (seeded += 1));
+    const code = newCode(grant, now);
+    const refresh = newRefreshToken(grant.id);
+    const calls = [
+      store.createGrantWithCode(grant, code.record),
+      store.consumeCode(code.record.digest, now),
+      store.addRefreshToken({ digest: refresh.digest, grantId: grant.id, issuedAt: now, expiresAt: now + REFRESH_LIFETIME_MS }),
+    ];
+    return { calls, line: refresh.value };
+  });
   return shuffled(lines);
 }
 
 /** The state /authorize leaves behind (grant bound to both resources, code with an S256 challenge); "code verifier" per line. */
 async function seedCodes(count: number): Promise<string[]> {
-  const lines: string[] = [];
-  for (let done = 0; done < count; done += SEED_BATCH) {
-    const calls: Promise<unknown>[] = [];
-    for (let i = done; i < Math.min(count, done + SEED_BATCH); i += 1) {
-      const now = Date.now();
-      const grant = newGrant(now, (seeded += 1));
-      const code = newCode(grant, now);
-      calls.push(store.createGrantWithCode(grant, code.record));
-      lines.push(`${code.value} ${code.verifier}`);
-    }
-    await Promise.all(calls);
-  }
-  return lines;
+  return seedInBatches(count, () => {
+    const now = Date.now();
+    const grant = newGrant(now, (seeded += 1));
+    const code = newCode(grant, now);
+    return { calls: [store.createGrantWithCode(grant, code.record)], line: `${code.value} ${code.verifier}` };
+  });
 }
 
 serveRpc({
   ...profilerCommands(),
-  async seed(request) {
-    const kind = request.kind as PoolKind;
-    const count = request.count as number;
-    const started = performance.now();
-    const lines = kind === 'refresh' ? await seedRefreshTokens(count) : await seedCodes(count);
-    await writeFile(request.file as string, `${lines.join('\n')}\n`);
-    return { count: lines.length, ms: performance.now() - started };
-  },
-  memory() {
-    return process.memoryUsage();
-  },
+  ...serverCommands({ refresh: seedRefreshTokens, code: seedCodes }),
   /** Event-loop delay since the last call (ms): what stalls every request in flight at once. */
   loopDelay() {
     const summary = { p50: loopDelay.percentile(50) / 1e6, p99: loopDelay.percentile(99) / 1e6, max: loopDelay.max / 1e6 };

@@ -9,10 +9,10 @@
 import { randomUUID } from 'node:crypto';
 import { writeFile } from 'node:fs/promises';
 import Database from 'better-sqlite3';
-import { grantParams } from '../src/store/rows.js';
+import { GRANT_EXPIRY_SLACK_MS, grantParams } from '../src/store/rows.js';
 import { SqliteStore } from '../src/store/sqlite.js';
 import type { Grant } from '../src/store/types.js';
-import { newSecret } from '../src/tokens/mint.js';
+import { newRefreshToken } from '../src/tokens/mint.js';
 import { AUDIENCE, CLIENT_ID, REFRESH_LIFETIME_MS, SCOPE, shuffled } from './common.js';
 
 const BATCH = 50_000;
@@ -35,7 +35,7 @@ db.pragma('journal_mode = WAL');
 const insertGrant = db.prepare(
   'INSERT INTO grants (id, client_id, subject, scope, resources, claims, auth_time, created_at, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)',
 );
-const insertToken = db.prepare("INSERT INTO refresh_tokens (digest, grant_id, issued_at, expires_at, status) VALUES (?, ?, ?, ?, 'active')");
+const insertToken = db.prepare("INSERT INTO refresh_tokens (grant_id, digest, issued_at, expires_at, status) VALUES (?, ?, ?, ?, 'active')");
 
 const handedOut: string[] = [];
 let written = 0;
@@ -51,12 +51,13 @@ const insertBatch = db.transaction((from: number, to: number, now: number): void
       claims: {},
       authTime: now,
       createdAt: now,
-      expiresAt: now + REFRESH_LIFETIME_MS,
+      // As addRefreshToken leaves it: past its tokens by the slack.
+      expiresAt: now + REFRESH_LIFETIME_MS + GRANT_EXPIRY_SLACK_MS,
     };
     insertGrant.run(...grantParams(grant));
     for (let t = 0; t < tokensPerGrant; t += 1) {
-      const token = newSecret();
-      insertToken.run(token.digest, grant.id, now, now + REFRESH_LIFETIME_MS);
+      const token = newRefreshToken(grant.id);
+      insertToken.run(grant.id, token.digest, now, now + REFRESH_LIFETIME_MS);
       if (tokenIndex % stride === 0 && written < wanted) {
         handedOut.push(token.value);
         written += 1;

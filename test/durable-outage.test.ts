@@ -5,7 +5,6 @@
  * that is cut and restored, so the machine's PostgreSQL keeps running.
  */
 import assert from 'node:assert/strict';
-import { connect, createServer, type AddressInfo, type Server, type Socket } from 'node:net';
 import { after, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { claimsOf } from './helpers/app.js';
@@ -22,46 +21,9 @@ import {
   type PinpointProcess,
   type TestDatabase,
 } from './helpers/process.js';
+import { startRelay, type Relay } from './helpers/relay.js';
 
 const POSTGRES_URL = process.env['PINPOINT_TEST_POSTGRES_URL'];
-
-/** A TCP relay to PostgreSQL that can be cut (every connection dropped, port closed) and restored on the same port. */
-class Relay {
-  #server: Server | undefined;
-  readonly #sockets = new Set<Socket>();
-  port = 0;
-
-  constructor(private readonly target: { host: string; port: number }) {}
-
-  async start(): Promise<void> {
-    const server = createServer((inbound) => {
-      const outbound = connect(this.target.port, this.target.host);
-      for (const socket of [inbound, outbound]) {
-        this.#sockets.add(socket);
-        socket.on('error', () => undefined);
-        socket.on('close', () => {
-          this.#sockets.delete(socket);
-          inbound.destroy();
-          outbound.destroy();
-        });
-      }
-      inbound.pipe(outbound).pipe(inbound);
-    });
-    await new Promise<void>((resolve, reject) => {
-      server.once('error', reject);
-      server.listen(this.port, '127.0.0.1', resolve);
-    });
-    this.port = (server.address() as AddressInfo).port;
-    this.#server = server;
-  }
-
-  async stop(): Promise<void> {
-    const server = this.#server;
-    this.#server = undefined;
-    for (const socket of this.#sockets) socket.destroy();
-    if (server !== undefined) await new Promise<void>((resolve) => server.close(() => resolve()));
-  }
-}
 
 async function get(url: string): Promise<{ status: number; body: Record<string, unknown> }> {
   const response = await fetch(url, { signal: AbortSignal.timeout(10_000) });
@@ -88,13 +50,8 @@ if (POSTGRES_URL === undefined) {
 
   test('PostgreSQL outage: 503 temporarily_unavailable and /readyz 503 while cut, serving again without a restart', async () => {
     database = await createTestDatabase(adminUrl, 'pinpoint_outage');
-    const target = new URL(database.url);
-    relay = new Relay({ host: target.hostname, port: Number(target.port || 5432) });
-    await relay.start();
-    const viaRelay = new URL(database.url);
-    viaRelay.hostname = '127.0.0.1';
-    viaRelay.port = String(relay.port);
-    deployment = await createDeployment({ state: { url: viaRelay.toString() } });
+    relay = await startRelay(database.url);
+    deployment = await createDeployment({ state: { url: relay.urlFor(database.url) } });
     server = await startPinpoint(deployment);
     const base = server.baseUrl;
     const tokens = await signInForTokens(base, { resources: [API] });

@@ -328,6 +328,20 @@ describe('/token refresh_token', () => {
 
   test('an unknown refresh token is invalid_grant', async () => {
     assertOAuthError(await refresh(t.app, 'not-a-refresh-token'), 400, 'invalid_grant');
+    assertOAuthError(await refresh(t.app, '.x'), 400, 'invalid_grant');
+    assertOAuthError(await refresh(t.app, 'a/b.secret'), 400, 'invalid_grant');
+  });
+
+  test('a refresh token names its grant; another grant id or a changed secret is invalid_grant and revokes nothing', async () => {
+    const token = await refreshTokenFor([API]);
+    const separator = token.indexOf('.');
+    assert.ok(separator > 0, 'a refresh token is <grant id>.<secret>');
+    const other = await refreshTokenFor([API]);
+    const otherGrant = other.slice(0, other.indexOf('.'));
+    assertOAuthError(await refresh(t.app, `${otherGrant}${token.slice(separator)}`), 400, 'invalid_grant', 'the refresh token is invalid, expired or revoked');
+    assertOAuthError(await refresh(t.app, `${token.slice(0, separator)}.${'A'.repeat(43)}`), 400, 'invalid_grant');
+    assertOk(await refresh(t.app, token));
+    assertOk(await refresh(t.app, other));
   });
 
   test('a refresh token of another client is invalid_grant and does not revoke the owner grant', async () => {

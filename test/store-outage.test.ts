@@ -4,12 +4,13 @@
  */
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
-import { createServer, connect, type AddressInfo, type Server, type Socket } from 'node:net';
+import { createServer, type AddressInfo } from 'node:net';
 import { describe, it, test } from 'node:test';
 import pg from 'pg';
 import { StoreUnavailableError } from '../src/errors.js';
 import { openStore } from '../src/store/open.js';
 import { PostgresStore } from '../src/store/postgres.js';
+import { startRelay } from './helpers/relay.js';
 
 const POSTGRES_URL = process.env['PINPOINT_TEST_POSTGRES_URL'];
 const PASSWORD = 'never-in-errors-7f3a';
@@ -39,7 +40,7 @@ describe('postgres outage', () => {
       const started = Date.now();
       await assert.rejects(store.ping(), unavailableWithoutPassword);
       await assert.rejects(store.getGrant('g'), unavailableWithoutPassword);
-      await assert.rejects(store.findRefreshToken('d', now), unavailableWithoutPassword);
+      await assert.rejects(store.findRefreshToken('g', 'd', now), unavailableWithoutPassword);
       await assert.rejects(store.rotateRefreshToken('d', { digest: 'e', grantId: 'g', issuedAt: now, expiresAt: now + 1 }, now), unavailableWithoutPassword);
       await assert.rejects(store.loadOrCreateKeys([]), unavailableWithoutPassword);
       await assert.rejects(store.sweep(now), unavailableWithoutPassword);
@@ -68,41 +69,6 @@ describe('postgres outage', () => {
   });
 });
 
-/** A TCP relay to the test PostgreSQL that can be cut and restored on the same port. */
-class Relay {
-  #server: Server | undefined;
-  readonly #sockets = new Set<Socket>();
-  port = 0;
-
-  constructor(private readonly target: { host: string; port: number }) {}
-
-  async start(): Promise<void> {
-    const server = createServer((inbound) => {
-      const outbound = connect(this.target.port, this.target.host);
-      for (const socket of [inbound, outbound]) {
-        this.#sockets.add(socket);
-        socket.on('error', () => undefined);
-        socket.on('close', () => {
-          this.#sockets.delete(socket);
-          inbound.destroy();
-          outbound.destroy();
-        });
-      }
-      inbound.pipe(outbound).pipe(inbound);
-    });
-    await new Promise<void>((resolve) => server.listen(this.port, '127.0.0.1', resolve));
-    this.port = (server.address() as AddressInfo).port;
-    this.#server = server;
-  }
-
-  async stop(): Promise<void> {
-    const server = this.#server;
-    this.#server = undefined;
-    for (const socket of this.#sockets) socket.destroy();
-    if (server !== undefined) await new Promise<void>((resolve) => server.close(() => resolve()));
-  }
-}
-
 if (POSTGRES_URL === undefined) {
   test('postgres outage and recovery', (t) => {
     t.skip('PINPOINT_TEST_POSTGRES_URL not set: set it (e.g. postgres://postgres@127.0.0.1:5432/test) to run the recovery test');
@@ -110,15 +76,10 @@ if (POSTGRES_URL === undefined) {
 } else {
   const adminUrl = POSTGRES_URL;
   test('postgres outage and recovery: 503-worthy errors while down, serving again once back, no crash', async () => {
-    const target = new URL(adminUrl);
-    const relay = new Relay({ host: target.hostname, port: Number(target.port || 5432) });
-    await relay.start();
-    const viaRelay = new URL(adminUrl);
-    viaRelay.hostname = '127.0.0.1';
-    viaRelay.port = String(relay.port);
+    const relay = await startRelay(adminUrl);
     const schema = `outage_${randomBytes(6).toString('hex')}`;
     const warnings: string[] = [];
-    const store = await openStore({ kind: 'postgres', url: viaRelay.toString(), schema }, { warn: (msg) => warnings.push(msg) });
+    const store = await openStore({ kind: 'postgres', url: relay.urlFor(adminUrl), schema }, { warn: (msg) => warnings.push(msg) });
     try {
       await Promise.all(Array.from({ length: 5 }, () => store.ping()));
       const now = Date.now();

@@ -5,15 +5,16 @@
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
-import { mkdtemp, rm, stat } from 'node:fs/promises';
+import { mkdir, mkdtemp, rm, stat } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { after, before, describe, it, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import Database from 'better-sqlite3';
 import pg from 'pg';
 import { MemoryStore } from '../src/store/memory.js';
 import { MIGRATIONS, migratePostgres } from '../src/store/migrations.js';
+import { GRANT_EXPIRY_SLACK_MS, grantParams } from '../src/store/rows.js';
 import { openStore } from '../src/store/open.js';
 import { PostgresStore } from '../src/store/postgres.js';
 import { SqliteStore } from '../src/store/sqlite.js';
@@ -52,6 +53,12 @@ function makeCode(grant: Grant, now: number, overrides: Partial<AuthorizationCod
     ...overrides,
   };
 }
+
+/** The tables as migration 1 made them, with the migrations table (what a database of Pinpoint 0.1 holds). */
+const versionOneSchema = (): string[] => [
+  'CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, applied_at BIGINT NOT NULL)',
+  ...(MIGRATIONS[0]?.statements as readonly string[]),
+];
 
 const makeRefresh = (grant: Grant, now: number, lifetimeMs = 60 * MINUTE): RefreshTokenRecord => ({
   digest: digest(),
@@ -169,25 +176,33 @@ function storeSuite(name: string, backend: () => Backend): void {
       assert.equal(results.filter(Boolean).length, 1);
     });
 
-    it('adds a refresh token, extending the grant to outlive it', async () => {
+    it('adds a refresh token, extending the grant to outlive it by the slack', async () => {
       const store = await open();
       const now = Date.now();
       const grant = makeGrant(now);
       await store.createGrantWithCode(grant, makeCode(grant, now));
       const token = makeRefresh(grant, now + 1000);
       await store.addRefreshToken(token);
-      const lookup = await store.findRefreshToken(token.digest, now);
-      assert.deepEqual(lookup, { status: 'active', token, grant: { ...grant, expiresAt: token.expiresAt } });
-      assert.equal((await store.getGrant(grant.id))?.expiresAt, token.expiresAt);
-      assert.deepEqual(await store.findRefreshToken(token.digest, token.expiresAt), { status: 'unknown' });
-      assert.deepEqual(await store.findRefreshToken(digest(), now), { status: 'unknown' });
+      const lookup = await store.findRefreshToken(token.grantId, token.digest, now);
+      const extended = token.expiresAt + GRANT_EXPIRY_SLACK_MS;
+      assert.deepEqual(lookup, { status: 'active', token, grant: { ...grant, expiresAt: extended } });
+      assert.equal((await store.getGrant(grant.id))?.expiresAt, extended);
+      assert.deepEqual(await store.findRefreshToken(token.grantId, token.digest, token.expiresAt), { status: 'unknown' });
+      assert.deepEqual(await store.findRefreshToken(grant.id, digest(), now), { status: 'unknown' });
+      assert.deepEqual(await store.findRefreshToken(randomId('grant'), token.digest, now), { status: 'unknown' }, 'found only under its grant');
 
       const short = makeRefresh(grant, now, 1000);
       await store.addRefreshToken(short);
-      assert.equal((await store.getGrant(grant.id))?.expiresAt, token.expiresAt, 'never shortened');
+      assert.equal((await store.getGrant(grant.id))?.expiresAt, extended, 'never shortened');
+      const withinSlack = makeRefresh(grant, now + GRANT_EXPIRY_SLACK_MS / 2);
+      await store.addRefreshToken(withinSlack);
+      assert.equal((await store.getGrant(grant.id))?.expiresAt, extended, 'a token expiring within the slack leaves the grant row alone');
+      const beyond = makeRefresh(grant, now + GRANT_EXPIRY_SLACK_MS * 2);
+      await store.addRefreshToken(beyond);
+      assert.equal((await store.getGrant(grant.id))?.expiresAt, beyond.expiresAt + GRANT_EXPIRY_SLACK_MS);
     });
 
-    it('rotates a refresh token: the old one reads rotated, the new one active, the grant extended', async () => {
+    it('rotates a refresh token: the old one reads rotated, the new one active, the grant outliving both', async () => {
       const store = await open();
       const now = Date.now();
       const grant = makeGrant(now);
@@ -196,16 +211,16 @@ function storeSuite(name: string, backend: () => Backend): void {
       await store.addRefreshToken(first);
       const next = makeRefresh(grant, now + 5000);
       assert.equal(await store.rotateRefreshToken(first.digest, next, now + 5000), true);
-      assert.deepEqual(await store.findRefreshToken(first.digest, now + 5000), {
+      assert.deepEqual(await store.findRefreshToken(first.grantId, first.digest, now + 5000), {
         status: 'rotated',
         grantId: grant.id,
         clientId: grant.clientId,
       });
-      const lookup = await store.findRefreshToken(next.digest, now + 5000);
+      const lookup = await store.findRefreshToken(next.grantId, next.digest, now + 5000);
       assert.equal(lookup.status, 'active');
       assert.ok(lookup.status === 'active');
       assert.deepEqual(lookup.token, next);
-      assert.equal(lookup.grant.expiresAt, next.expiresAt);
+      assert.equal(lookup.grant.expiresAt, first.expiresAt + GRANT_EXPIRY_SLACK_MS, 'within the slack: the grant row was not rewritten');
       assert.deepEqual(lookup.grant.resources, grant.resources);
     });
 
@@ -222,19 +237,25 @@ function storeSuite(name: string, backend: () => Backend): void {
 
       const reused = makeRefresh(grant, now + 2000, MINUTE * 500);
       assert.equal(await store.rotateRefreshToken(first.digest, reused, now + 2000), false);
-      assert.deepEqual(await store.findRefreshToken(reused.digest, now + 2000), { status: 'unknown' });
+      assert.deepEqual(await store.findRefreshToken(reused.grantId, reused.digest, now + 2000), { status: 'unknown' });
       assert.equal((await store.getGrant(grant.id))?.expiresAt, expiryBefore);
 
       const afterExpiry = makeRefresh(grant, second.expiresAt, MINUTE * 500);
       assert.equal(await store.rotateRefreshToken(second.digest, afterExpiry, second.expiresAt), false);
-      assert.deepEqual(await store.findRefreshToken(afterExpiry.digest, now), { status: 'unknown' });
+      assert.deepEqual(await store.findRefreshToken(afterExpiry.grantId, afterExpiry.digest, now), { status: 'unknown' });
       assert.equal((await store.getGrant(grant.id))?.expiresAt, expiryBefore);
+
+      const otherGrant = makeGrant(now);
+      await store.createGrantWithCode(otherGrant, makeCode(otherGrant, now));
+      const underOtherGrant = makeRefresh(otherGrant, now + 3000, MINUTE * 500);
+      assert.equal(await store.rotateRefreshToken(second.digest, underOtherGrant, now + 3000), false, "a token is rotated only within its grant");
+      assert.deepEqual(await store.findRefreshToken(otherGrant.id, underOtherGrant.digest, now + 3000), { status: 'unknown' });
 
       const unknown = makeRefresh(grant, now, MINUTE * 500);
       assert.equal(await store.rotateRefreshToken(digest(), unknown, now), false);
-      assert.deepEqual(await store.findRefreshToken(unknown.digest, now), { status: 'unknown' });
+      assert.deepEqual(await store.findRefreshToken(unknown.grantId, unknown.digest, now), { status: 'unknown' });
       assert.equal((await store.getGrant(grant.id))?.expiresAt, expiryBefore);
-      assert.equal((await store.findRefreshToken(second.digest, now + 3000)).status, 'active');
+      assert.equal((await store.findRefreshToken(second.grantId, second.digest, now + 3000)).status, 'active');
     });
 
     it('lets exactly one of 50 concurrent rotations of one token win, leaving one new active token', async () => {
@@ -247,7 +268,7 @@ function storeSuite(name: string, backend: () => Backend): void {
       const candidates = Array.from({ length: 50 }, () => makeRefresh(grant, now + 1000));
       const results = await Promise.all(candidates.map((next) => store.rotateRefreshToken(first.digest, next, now + 1000)));
       assert.equal(results.filter(Boolean).length, 1);
-      const statuses = await Promise.all(candidates.map(async (next) => (await store.findRefreshToken(next.digest, now + 1000)).status));
+      const statuses = await Promise.all(candidates.map(async (next) => (await store.findRefreshToken(next.grantId, next.digest, now + 1000)).status));
       assert.equal(statuses.filter((status) => status === 'active').length, 1);
       assert.equal(statuses.filter((status) => status === 'unknown').length, 49);
       assert.equal(statuses.indexOf('active'), results.indexOf(true));
@@ -269,11 +290,11 @@ function storeSuite(name: string, backend: () => Backend): void {
 
       await store.revokeGrant(grant.id);
       assert.equal(await store.getGrant(grant.id), undefined);
-      assert.deepEqual(await store.findRefreshToken(token.digest, now), { status: 'unknown' });
+      assert.deepEqual(await store.findRefreshToken(token.grantId, token.digest, now), { status: 'unknown' });
       assert.notEqual((await store.findCode(code.digest, now)).status, 'active');
       assert.equal(await store.consumeCode(code.digest, now), false);
       assert.equal(await store.rotateRefreshToken(token.digest, makeRefresh(grant, now), now), false);
-      assert.equal((await store.findRefreshToken(otherToken.digest, now)).status, 'active', 'other grants untouched');
+      assert.equal((await store.findRefreshToken(otherToken.grantId, otherToken.digest, now)).status, 'active', 'other grants untouched');
       await store.revokeGrant(grant.id);
       await store.revokeGrant('no-such-grant');
     });
@@ -332,8 +353,8 @@ function storeSuite(name: string, backend: () => Backend): void {
       assert.equal((await store.findByDeviceCode(record.deviceCodeDigest))?.status, 'redeemed');
       const winner = results.indexOf(true);
       if (winner === 0) {
-        assert.deepEqual(await store.getGrant(grant.id), { ...grant, expiresAt: refresh.expiresAt });
-        assert.equal((await store.findRefreshToken(refresh.digest, now + 8000)).status, 'active');
+        assert.deepEqual(await store.getGrant(grant.id), { ...grant, expiresAt: refresh.expiresAt + GRANT_EXPIRY_SLACK_MS });
+        assert.equal((await store.findRefreshToken(refresh.grantId, refresh.digest, now + 8000)).status, 'active');
       } else {
         assert.equal(await store.getGrant(grant.id), undefined);
       }
@@ -472,7 +493,7 @@ function storeSuite(name: string, backend: () => Backend): void {
       assert.equal((await store.getGrant(liveGrant.id))?.id, liveGrant.id);
       assert.deepEqual(await store.findCode(oldCode.digest, now), { status: 'unknown' }, "an expired grant's code goes with it");
       assert.equal((await store.findCode(liveCode.digest, now)).status, 'active');
-      assert.equal((await store.findRefreshToken(liveToken.digest, now)).status, 'active');
+      assert.equal((await store.findRefreshToken(liveToken.grantId, liveToken.digest, now)).status, 'active');
       assert.equal(await store.findByDeviceCode(longExpiredDevice.deviceCodeDigest), undefined);
       assert.ok(await store.findByDeviceCode(recentlyExpiredDevice.deviceCodeDigest), 'kept a while for expired_token');
       assert.ok(await store.findByDeviceCode(liveDevice.deviceCodeDigest));
@@ -566,7 +587,7 @@ describe('sqlite', () => {
     const second = new SqliteStore(file);
     assert.deepEqual(byKid(await second.loadOrCreateKeys(makeKeys(now))), byKid(keys));
     assert.equal(await second.rotateRefreshToken(token.digest, makeRefresh(grant, now), now), true);
-    assert.equal((await first.findRefreshToken(token.digest, now)).status, 'rotated');
+    assert.equal((await first.findRefreshToken(token.grantId, token.digest, now)).status, 'rotated');
     await first.close();
     await second.close();
     const reopened = new SqliteStore(file);
@@ -597,6 +618,33 @@ describe('sqlite', () => {
     const outputs = await Promise.all([run(), run(), run(), run()]);
     assert.equal(new Set(outputs).size, 1, outputs.join(' | '));
     assert.equal((JSON.parse(outputs[0] ?? '[]') as string[]).length, 1);
+  });
+
+  it('migrates a version 1 database: its grants and refresh tokens are found under the new key', async () => {
+    const file = nextFile();
+    const now = Date.now();
+    const grant = makeGrant(now);
+    const token = makeRefresh(grant, now);
+    await mkdir(dirname(file), { recursive: true });
+    const db = new Database(file);
+    for (const statement of versionOneSchema()) db.exec(statement);
+    db.prepare('INSERT INTO schema_migrations (version, applied_at) VALUES (1, ?)').run(now);
+    db.prepare(`INSERT INTO grants VALUES (${grantParams(grant).map(() => '?').join(', ')})`).run(...grantParams(grant));
+    db.prepare("INSERT INTO refresh_tokens (digest, grant_id, issued_at, expires_at, status) VALUES (?, ?, ?, ?, 'active')").run(
+      token.digest, grant.id, token.issuedAt, token.expiresAt,
+    );
+    db.close();
+    const store = new SqliteStore(file);
+    try {
+      assert.deepEqual(await store.findRefreshToken(grant.id, token.digest, now), { status: 'active', token, grant });
+      assert.equal(await store.rotateRefreshToken(token.digest, makeRefresh(grant, now), now), true);
+      assert.equal(await rows(store, 'refresh_tokens'), 2);
+    } finally {
+      await store.close();
+    }
+    const check = new Database(file, { readonly: true });
+    assert.deepEqual((check.prepare('SELECT version FROM schema_migrations ORDER BY version').all() as { version: number }[]).map((row) => row.version), MIGRATIONS.map((migration) => migration.version));
+    check.close();
   });
 
   it('reports a busy database as StoreUnavailableError', async () => {
@@ -684,6 +732,31 @@ if (POSTGRES_URL === undefined) {
         );
         assert.ok(tables.some((row: { table_schema: string }) => row.table_schema === 'Pinpoint State'));
         assert.ok(!tables.some((row: { table_schema: string }) => row.table_schema === 'public'));
+      } finally {
+        await store.close();
+      }
+    });
+
+    it('migrates a version 1 schema: its grants and refresh tokens are found under the new key', async () => {
+      const now = Date.now();
+      const grant = makeGrant(now);
+      const token = makeRefresh(grant, now);
+      const schema = `v1_${++schemas}`;
+      await admin(async (client) => {
+        await client.query(`CREATE SCHEMA ${schema}`);
+        await client.query(`SET search_path TO ${schema}`);
+        for (const statement of versionOneSchema()) await client.query(statement);
+        await client.query('INSERT INTO schema_migrations (version, applied_at) VALUES (1, $1)', [now]);
+        await client.query(`INSERT INTO grants VALUES (${grantParams(grant).map((_, i) => `$${i + 1}`).join(', ')})`, [...grantParams(grant)]);
+        await client.query("INSERT INTO refresh_tokens (digest, grant_id, issued_at, expires_at, status) VALUES ($1, $2, $3, $4, 'active')", [
+          token.digest, grant.id, token.issuedAt, token.expiresAt,
+        ]);
+      }, urlOf(database));
+      const store = await openStore({ kind: 'postgres', url: urlOf(database), schema });
+      try {
+        assert.deepEqual(await store.findRefreshToken(grant.id, token.digest, now), { status: 'active', token, grant });
+        assert.equal(await store.rotateRefreshToken(token.digest, makeRefresh(grant, now), now), true);
+        assert.equal(await rows(store, 'refresh_tokens'), 2);
       } finally {
         await store.close();
       }

@@ -10,7 +10,7 @@ import type {
   StoredKey,
   SubjectClaims,
 } from './types.js';
-import { DEVICE_EXPIRY_SLACK_MS } from './rows.js';
+import { DEVICE_EXPIRY_SLACK_MS, GRANT_EXPIRY_SLACK_MS } from './rows.js';
 
 interface CodeEntry {
   readonly record: AuthorizationCodeRecord;
@@ -98,9 +98,9 @@ export class MemoryStore implements Store {
     return true;
   }
 
-  async findRefreshToken(digest: string, now: number): Promise<RefreshLookup> {
+  async findRefreshToken(grantId: string, digest: string, now: number): Promise<RefreshLookup> {
     const entry = this.#refreshTokens.get(digest);
-    if (entry === undefined || entry.record.expiresAt <= now) return { status: 'unknown' };
+    if (entry === undefined || entry.record.grantId !== grantId || entry.record.expiresAt <= now) return { status: 'unknown' };
     const grant = this.#grants.get(entry.record.grantId);
     if (grant === undefined) return { status: 'unknown' };
     if (entry.status === 'rotated') return { status: 'rotated', grantId: grant.id, clientId: grant.clientId };
@@ -117,13 +117,13 @@ export class MemoryStore implements Store {
     this.#refreshTokens.set(token.digest, { record: Object.freeze({ ...token }), status: 'active' });
     const grant = this.#grants.get(token.grantId);
     if (grant !== undefined && grant.expiresAt < token.expiresAt) {
-      this.#grants.set(grant.id, Object.freeze({ ...grant, expiresAt: token.expiresAt }));
+      this.#grants.set(grant.id, Object.freeze({ ...grant, expiresAt: token.expiresAt + GRANT_EXPIRY_SLACK_MS }));
     }
   }
 
   async rotateRefreshToken(oldDigest: string, next: RefreshTokenRecord, now: number): Promise<boolean> {
     const old = this.#refreshTokens.get(oldDigest);
-    if (old === undefined || old.status !== 'active' || old.record.expiresAt <= now) return false;
+    if (old === undefined || old.record.grantId !== next.grantId || old.status !== 'active' || old.record.expiresAt <= now) return false;
     if (this.#refreshTokens.has(next.digest)) throw new Error('refresh token digest already exists');
     old.status = 'rotated';
     this.#insertRefreshToken(next);

@@ -11,6 +11,7 @@ import {
   deviceFromRow,
   deviceParams,
   GRANT_COLUMNS,
+  GRANT_EXPIRY_SLACK_MS,
   grantFromRow,
   grantParams,
   keyFromRow,
@@ -154,19 +155,21 @@ function statements(schema: string) {
     consumeCode: `UPDATE ${codes} SET used = TRUE WHERE digest = $1 AND NOT used AND expires_at > $2`,
     findRefreshToken: `SELECT r.digest AS token_digest, r.grant_id AS token_grant_id, r.issued_at, r.expires_at AS token_expires_at,
         r.status, ${GRANT_COLUMNS}
-      FROM ${tokens} r LEFT JOIN ${grants} g ON g.id = r.grant_id WHERE r.digest = $1`,
+      FROM ${tokens} r LEFT JOIN ${grants} g ON g.id = r.grant_id WHERE r.grant_id = $1 AND r.digest = $2`,
     addRefreshToken: `WITH r AS (
         INSERT INTO ${tokens} (digest, grant_id, issued_at, expires_at, status) VALUES ($1::text, $2::text, $3::bigint, $4::bigint, 'active')
       )
-      UPDATE ${grants} SET expires_at = $4::bigint WHERE id = $2::text AND expires_at < $4::bigint`,
+      UPDATE ${grants} SET expires_at = $4::bigint + ${GRANT_EXPIRY_SLACK_MS} WHERE id = $2::text AND expires_at < $4::bigint`,
     // One statement: a concurrent rotation of the same token waits for the row lock, then finds it no longer active.
     rotateRefreshToken: `WITH old AS (
-        UPDATE ${tokens} SET status = 'rotated' WHERE digest = $1::text AND status = 'active' AND expires_at > $2::bigint RETURNING digest
+        UPDATE ${tokens} SET status = 'rotated'
+        WHERE grant_id = $4::text AND digest = $1::text AND status = 'active' AND expires_at > $2::bigint RETURNING digest
       ), inserted AS (
         INSERT INTO ${tokens} (digest, grant_id, issued_at, expires_at, status)
         SELECT $3::text, $4::text, $5::bigint, $6::bigint, 'active' FROM old RETURNING digest
       ), extended AS (
-        UPDATE ${grants} SET expires_at = $6::bigint WHERE id = $4::text AND expires_at < $6::bigint AND EXISTS (SELECT 1 FROM inserted)
+        UPDATE ${grants} SET expires_at = $6::bigint + ${GRANT_EXPIRY_SLACK_MS}
+        WHERE id = $4::text AND expires_at < $6::bigint AND EXISTS (SELECT 1 FROM inserted)
       )
       SELECT count(*)::int AS rotated FROM inserted`,
     releaseUserCode: `DELETE FROM ${devices} WHERE user_code = $1 AND expires_at <= $2`,
@@ -194,7 +197,7 @@ function statements(schema: string) {
     peekAttempts: `SELECT count FROM ${attempts} WHERE attempt_key = $1 AND window_ends_at > $2`,
     clearAttempts: `DELETE FROM ${attempts} WHERE attempt_key = $1`,
     sweepCodes: sweepBatch(codes, 'digest', 'expires_at < $1'),
-    sweepRefreshTokens: sweepBatch(tokens, 'digest', 'expires_at < $1'),
+    sweepRefreshTokens: sweepBatch(tokens, 'grant_id, digest', 'expires_at < $1'),
     sweepDevices: sweepBatch(devices, 'device_code_digest', 'expires_at < $1'),
     sweepSessions: sweepBatch(sessions, 'digest', 'expires_at < $1'),
     sweepTransient: sweepBatch(transient, 'kind, id', 'expires_at < $1'),
@@ -299,8 +302,8 @@ export class PostgresStore implements Store {
     return (await this.#query(this.#sql.consumeCode, [digest, now])).rowCount === 1;
   }
 
-  async findRefreshToken(digest: string, now: number): Promise<RefreshLookup> {
-    return refreshLookupFromRow((await this.#query<RefreshRow>(this.#sql.findRefreshToken, [digest])).rows[0], now);
+  async findRefreshToken(grantId: string, digest: string, now: number): Promise<RefreshLookup> {
+    return refreshLookupFromRow((await this.#query<RefreshRow>(this.#sql.findRefreshToken, [grantId, digest])).rows[0], now);
   }
 
   async addRefreshToken(token: RefreshTokenRecord): Promise<void> {

@@ -18,6 +18,9 @@ type Numeric = number | string | bigint;
 /** Device records stay this long after expiry so polling still answers expired_token (RFC 8628 §3.5). */
 export const DEVICE_EXPIRY_SLACK_MS = 10 * 60_000;
 
+/** How long a grant outlives its last refresh token: the grant's row is rewritten at most once per this, per grant. */
+export const GRANT_EXPIRY_SLACK_MS = 24 * 3_600_000;
+
 /** Rows per DELETE when sweeping, so no statement holds a lock for long. */
 export const SWEEP_BATCH = 500;
 

@@ -13,6 +13,7 @@ import {
   deviceFromRow,
   deviceParams,
   GRANT_COLUMNS,
+  GRANT_EXPIRY_SLACK_MS,
   grantFromRow,
   grantParams,
   keyFromRow,
@@ -96,13 +97,14 @@ interface PendingWrite {
 
 type WriteOutcome = { readonly ok: true; readonly value: unknown } | { readonly ok: false; readonly error: unknown };
 
+/** Table, key (refresh_tokens has no rowid: its key is the grant's id and the digest) and what expired means. */
 const sweptTables = [
-  ['authorization_codes', 'expires_at < ?'],
-  ['refresh_tokens', 'expires_at < ?'],
-  ['device_authorizations', 'expires_at < ?'],
-  ['sessions', 'expires_at < ?'],
-  ['transient', 'expires_at < ?'],
-  ['attempts', 'window_ends_at <= ?'],
+  ['authorization_codes', 'rowid', 'expires_at < ?'],
+  ['refresh_tokens', 'grant_id, digest', 'expires_at < ?'],
+  ['device_authorizations', 'rowid', 'expires_at < ?'],
+  ['sessions', 'rowid', 'expires_at < ?'],
+  ['transient', 'rowid', 'expires_at < ?'],
+  ['attempts', 'rowid', 'window_ends_at <= ?'],
 ] as const;
 
 /** State in one SQLite file (better-sqlite3, WAL): the embedded default of DESIGN.md §6. */
@@ -169,8 +171,8 @@ export class SqliteStore implements Store {
     return this.#write(() => this.#statements.consumeCode.run(digest, now).changes === 1);
   }
 
-  async findRefreshToken(digest: string, now: number): Promise<RefreshLookup> {
-    return refreshLookupFromRow(guard(() => this.#statements.findRefreshToken.get(digest) as RefreshRow | undefined), now);
+  async findRefreshToken(grantId: string, digest: string, now: number): Promise<RefreshLookup> {
+    return refreshLookupFromRow(guard(() => this.#statements.findRefreshToken.get(grantId, digest) as RefreshRow | undefined), now);
   }
 
   async addRefreshToken(token: RefreshTokenRecord): Promise<void> {
@@ -319,9 +321,9 @@ export class SqliteStore implements Store {
 
 function prepareStatements(db: Database.Database) {
   const sweep = Object.fromEntries(
-    sweptTables.map(([table, condition]) => [
+    sweptTables.map(([table, key, condition]) => [
       table,
-      db.prepare(`DELETE FROM ${table} WHERE rowid IN (SELECT rowid FROM ${table} WHERE ${condition} LIMIT ${SWEEP_BATCH})`),
+      db.prepare(`DELETE FROM ${table} WHERE (${key}) IN (SELECT ${key} FROM ${table} WHERE ${condition} LIMIT ${SWEEP_BATCH})`),
     ]),
   ) as Record<(typeof sweptTables)[number][0], Database.Statement>;
   return {
@@ -332,7 +334,7 @@ function prepareStatements(db: Database.Database) {
     insertGrant: db.prepare(
       'INSERT INTO grants (id, client_id, subject, scope, resources, claims, auth_time, created_at, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)',
     ),
-    extendGrant: db.prepare('UPDATE grants SET expires_at = ? WHERE id = ? AND expires_at < ?'),
+    extendGrant: db.prepare(`UPDATE grants SET expires_at = @expiresAt + ${GRANT_EXPIRY_SLACK_MS} WHERE id = @grantId AND expires_at < @expiresAt`),
     deleteGrant: db.prepare('DELETE FROM grants WHERE id = ?'),
     deleteCodesOfGrant: db.prepare('DELETE FROM authorization_codes WHERE grant_id = ?'),
     deleteRefreshTokensOfGrant: db.prepare('DELETE FROM refresh_tokens WHERE grant_id = ?'),
@@ -348,10 +350,10 @@ function prepareStatements(db: Database.Database) {
     consumeCode: db.prepare('UPDATE authorization_codes SET used = TRUE WHERE digest = ? AND used = FALSE AND expires_at > ?'),
     findRefreshToken: db.prepare(
       `SELECT r.digest AS token_digest, r.grant_id AS token_grant_id, r.issued_at, r.expires_at AS token_expires_at, r.status, ${GRANT_COLUMNS}
-       FROM refresh_tokens r LEFT JOIN grants g ON g.id = r.grant_id WHERE r.digest = ?`,
+       FROM refresh_tokens r LEFT JOIN grants g ON g.id = r.grant_id WHERE r.grant_id = ? AND r.digest = ?`,
     ),
-    insertRefreshToken: db.prepare("INSERT INTO refresh_tokens (digest, grant_id, issued_at, expires_at, status) VALUES (?, ?, ?, ?, 'active')"),
-    markRotated: db.prepare("UPDATE refresh_tokens SET status = 'rotated' WHERE digest = ? AND status = 'active' AND expires_at > ?"),
+    insertRefreshToken: db.prepare("INSERT INTO refresh_tokens (grant_id, digest, issued_at, expires_at, status) VALUES (?, ?, ?, ?, 'active')"),
+    markRotated: db.prepare("UPDATE refresh_tokens SET status = 'rotated' WHERE grant_id = ? AND digest = ? AND status = 'active' AND expires_at > ?"),
     releaseUserCode: db.prepare('DELETE FROM device_authorizations WHERE user_code = ? AND expires_at <= ?'),
     insertDevice: db.prepare(`INSERT INTO device_authorizations (${DEVICE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
     findByUserCode: db.prepare(`SELECT ${DEVICE_COLUMNS} FROM device_authorizations WHERE user_code = ? AND expires_at > ?`),
@@ -394,8 +396,8 @@ type Statements = ReturnType<typeof prepareStatements>;
 function prepareTransactions(db: Database.Database, s: Statements) {
   const insertGrant = (grant: Grant): void => void s.insertGrant.run(...grantParams(grant));
   const insertRefreshToken = (token: RefreshTokenRecord): void => {
-    s.insertRefreshToken.run(token.digest, token.grantId, token.issuedAt, token.expiresAt);
-    s.extendGrant.run(token.expiresAt, token.grantId, token.expiresAt);
+    s.insertRefreshToken.run(token.grantId, token.digest, token.issuedAt, token.expiresAt);
+    s.extendGrant.run({ expiresAt: token.expiresAt, grantId: token.grantId });
   };
   const revokeGrant = (grantId: string): void => {
     s.deleteCodesOfGrant.run(grantId);
@@ -417,7 +419,7 @@ function prepareTransactions(db: Database.Database, s: Statements) {
     addRefreshToken: db.transaction(insertRefreshToken),
     rotateRefreshToken: db.transaction((oldDigest: string, next: RefreshTokenRecord, now: number): boolean => {
       // Nothing else is written when the old token was not active (RFC 9700 §4.14.2 reuse).
-      if (s.markRotated.run(oldDigest, now).changes !== 1) return false;
+      if (s.markRotated.run(next.grantId, oldDigest, now).changes !== 1) return false;
       insertRefreshToken(next);
       return true;
     }),

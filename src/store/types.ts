@@ -39,7 +39,10 @@ export interface Grant {
   /** When the person signed in (epoch ms), for the ID token's auth_time. */
   readonly authTime: number;
   readonly createdAt: number;
-  /** The grant and everything under it can be swept after this. Extended on every refresh rotation. */
+  /**
+   * The grant and everything under it can be swept after this. A new refresh token extends it past the token's
+   * expiry by GRANT_EXPIRY_SLACK_MS, so an active grant's row is rewritten about once a day, not on every rotation.
+   */
   readonly expiresAt: number;
 }
 
@@ -91,13 +94,17 @@ export type RefreshLookup =
   | { readonly status: 'unknown' };
 
 export interface RefreshTokenStore {
-  /** Read only. Expired tokens (at `now`) and tokens of revoked grants are `unknown`. */
-  findRefreshToken(digest: string, now: number): Promise<RefreshLookup>;
-  /** Adds a refresh token to a grant (after code exchange), extending the grant's expiry to token.expiresAt when later. */
+  /** Read only: the token `digest` of grant `grantId`. Expired tokens (at `now`) and tokens of revoked grants are `unknown`. */
+  findRefreshToken(grantId: string, digest: string, now: number): Promise<RefreshLookup>;
+  /**
+   * Adds a refresh token to a grant (after code exchange). When the grant's expiry is before token.expiresAt,
+   * it becomes token.expiresAt + GRANT_EXPIRY_SLACK_MS.
+   */
   addRefreshToken(token: RefreshTokenRecord): Promise<void>;
   /**
-   * One transaction: marks `oldDigest` rotated if it is still active and adds `next`, extending the
-   * grant's expiry to next.expiresAt. False (and nothing written) when the old token was no longer active.
+   * One transaction: marks the token `oldDigest` of grant next.grantId rotated if it is still active and adds
+   * `next`, extending the grant's expiry as addRefreshToken does. False (and nothing written) when the old token
+   * was no longer active.
    */
   rotateRefreshToken(oldDigest: string, next: RefreshTokenRecord, now: number): Promise<boolean>;
 }

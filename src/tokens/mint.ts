@@ -107,6 +107,29 @@ export function newSecret(): { value: string; digest: string } {
   return { value, digest: digestOf(value) };
 }
 
+/**
+ * A fresh refresh token for `grantId`: `<grant id>.<secret>`. The store keys refresh tokens by grant and
+ * digest, so a rotation writes the one index page the grant's tokens share, not pages spread over the
+ * whole table (bench/RESULTS.md). The grant id is a random handle; the secret makes the token unguessable.
+ */
+export function newRefreshToken(grantId: string): { value: string; digest: string } {
+  const value = `${grantId}${REFRESH_TOKEN_SEPARATOR}${randomText(32)}`;
+  return { value, digest: digestOf(value) };
+}
+
+const REFRESH_TOKEN_SEPARATOR = '.';
+/** Grant ids are UUIDs; anything else before the separator is not one of our tokens. */
+const GRANT_ID_SHAPE = /^[0-9A-Za-z-]{1,64}$/;
+
+/** The grant a presented refresh token names and the token's digest; undefined when it is not shaped like one of ours. */
+export function refreshTokenKey(presented: string): { grantId: string; digest: string } | undefined {
+  const separator = presented.indexOf(REFRESH_TOKEN_SEPARATOR);
+  if (separator <= 0) return undefined;
+  const grantId = presented.slice(0, separator);
+  if (!GRANT_ID_SHAPE.test(grantId)) return undefined;
+  return { grantId, digest: digestOf(presented) };
+}
+
 export const digestOf: (secret: string) => string =
   // crypto.hash (Node 20.12+) hashes in one call, without a Hash object per digest.
   typeof nodeCrypto.hash === 'function'

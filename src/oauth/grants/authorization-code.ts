@@ -4,7 +4,7 @@ import { OAuthError, invalidGrant } from '../../errors.js';
 import { all, required } from '../../http/params.js';
 import { decideResourceParameter, decideTokenAudience, type Audience } from '../../policy/resource.js';
 import type { AuthorizationCodeRecord, Grant } from '../../store/types.js';
-import { digestOf, newSecret } from '../../tokens/mint.js';
+import { digestOf, newRefreshToken } from '../../tokens/mint.js';
 import { issueTokens } from '../token-response.js';
 import { unwrap, type GrantHandler } from './grant.js';
 
@@ -64,7 +64,7 @@ export const authorizationCodeGrant: GrantHandler<ValidCodeExchange> = {
     }
     let refreshToken: string | undefined;
     if (client.refreshLifetimeMs !== undefined) {
-      const refresh = newSecret();
+      const refresh = newRefreshToken(grant.id);
       await ctx.store.addRefreshToken({ digest: refresh.digest, grantId: grant.id, issuedAt: now, expiresAt: now + client.refreshLifetimeMs });
       refreshToken = refresh.value;
     }

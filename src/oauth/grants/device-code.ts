@@ -4,7 +4,7 @@ import { OAuthError, invalidGrant } from '../../errors.js';
 import { all, required } from '../../http/params.js';
 import { decideResourceParameter, decideTokenAudience, type Audience } from '../../policy/resource.js';
 import type { DeviceAuthorizationRecord, Grant, SubjectClaims } from '../../store/types.js';
-import { digestOf, newSecret } from '../../tokens/mint.js';
+import { digestOf, newRefreshToken } from '../../tokens/mint.js';
 import { issueTokens } from '../token-response.js';
 import { unwrap, type GrantHandler } from './grant.js';
 
@@ -78,10 +78,11 @@ export const deviceCodeGrant: GrantHandler<ValidPoll> = {
     }
 
     const { record, approval, audience } = poll;
-    const refresh = client.refreshLifetimeMs === undefined ? undefined : newSecret();
+    const grantId = randomUUID();
+    const refresh = client.refreshLifetimeMs === undefined ? undefined : newRefreshToken(grantId);
     const refreshExpiresAt = client.refreshLifetimeMs === undefined ? undefined : now + client.refreshLifetimeMs;
     const grant: Grant = {
-      id: randomUUID(),
+      id: grantId,
       clientId: client.clientId,
       subject: approval.subject,
       scope: record.scope,

@@ -4,7 +4,7 @@ import { all, required, single } from '../../http/params.js';
 import { decideResourceParameter, decideTokenAudience, type Audience } from '../../policy/resource.js';
 import { decideRefreshScope, parseScope } from '../../policy/scope.js';
 import type { Grant, RefreshTokenRecord } from '../../store/types.js';
-import { digestOf, newSecret } from '../../tokens/mint.js';
+import { newRefreshToken, refreshTokenKey } from '../../tokens/mint.js';
 import { issueTokens } from '../token-response.js';
 import { unwrap, type GrantHandler } from './grant.js';
 
@@ -29,7 +29,9 @@ export const refreshTokenGrant: GrantHandler<ValidRefresh> = {
     const lifetimeMs = client.refreshLifetimeMs;
     if (lifetimeMs === undefined) throw new OAuthError('unauthorized_client', 'this client does not get refresh tokens');
 
-    const lookup = await ctx.store.findRefreshToken(digestOf(presented), now);
+    const key = refreshTokenKey(presented);
+    if (key === undefined) throw badRefreshToken();
+    const lookup = await ctx.store.findRefreshToken(key.grantId, key.digest, now);
     if (lookup.status === 'rotated') {
       if (lookup.clientId === client.clientId) {
         // RFC 9700 §4.14.2: a rotated token presented again means it leaked or the client raced itself.
@@ -56,7 +58,7 @@ export const refreshTokenGrant: GrantHandler<ValidRefresh> = {
   },
 
   async respond(ctx, { client, now, log }, { token, grant, scope, audience, lifetimeMs }) {
-    const next = newSecret();
+    const next = newRefreshToken(grant.id);
     const rotated = await ctx.store.rotateRefreshToken(
       token.digest,
       { digest: next.digest, grantId: grant.id, issuedAt: now, expiresAt: now + lifetimeMs },
