@@ -1,19 +1,13 @@
 /**
- * Pinpoint as the benchmark runs it: buildApp + openStore with the production logger (info, one access-log
+ * Pinpoint as the benchmark runs it, from dist/ as `npm start` does: buildApp + openStore with the production logger (info, one access-log
  * line per request, to this process's stdout, which the runner points at a file) and the production sweep,
  * on loopback. Refresh tokens and codes are created on request through the Store API, as the grants would.
  * Settings come as JSON in BENCH_PINPOINT: { state: "sqlite" | "memory", path?: string }.
  */
 import { randomUUID } from 'node:crypto';
 import { monitorEventLoopDelay } from 'node:perf_hooks';
-import { buildApp } from '../src/app.js';
-import { deepFreeze, frozenMap } from '../src/config/frozen.js';
 import type { ClientRecord, Config, StateConfig } from '../src/config/types.js';
-import { createLogger } from '../src/log.js';
-import { openStore } from '../src/store/open.js';
 import type { AuthorizationCodeRecord, Grant, Store } from '../src/store/types.js';
-import { loadSigningKeys } from '../src/tokens/keys.js';
-import { newRefreshToken, newSecret } from '../src/tokens/mint.js';
 import {
   AUDIENCE,
   CLIENT_ID,
@@ -28,6 +22,7 @@ import {
 } from './common.js';
 import { profilerCommands } from './inspector.js';
 import { challengeOf, newVerifier } from './pkce.js';
+import { buildApp, createLogger, deepFreeze, frozenMap, loadSigningKeys, newRefreshToken, newSecret, openStore } from './pinpoint-modules.js';
 import { serverCommands } from './server-commands.js';
 
 /** serve() sweeps this often (src/server.ts); the benchmark server does the same work. */

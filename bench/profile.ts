@@ -20,7 +20,7 @@ function placeOf(frame: ProfileNode['callFrame']): string {
   if (url === '') return functionName.startsWith('(') ? functionName : `(native) ${functionName || 'anonymous'}`;
   const npm = /node_modules\/((?:@[^/]+\/)?[^/]+)\//.exec(url);
   if (npm !== null) return npm[1] as string;
-  const ours = /\/((?:src|bench)\/.*)$/.exec(url);
+  const ours = /\/((?:src|dist|bench)\/.*)$/.exec(url);
   if (ours !== null) return ours[1] as string;
   if (url.startsWith('node:')) return url;
   return url;
@@ -73,7 +73,7 @@ export async function summariseProfile(dir: string, top = 25): Promise<string[]>
     lines.push('self time by function:', ...ranked(selfByFunction));
     lines.push(
       'inclusive time, our code and the libraries on the request path:',
-      ...ranked(inclusive, (key) => /\s(src\/|jose|better-sqlite3|pino|fastify|@fastify|light-my-request|find-my-way|avvio)/.test(key)),
+      ...ranked(inclusive, (key) => /\s(src\/|dist\/|jose|better-sqlite3|pino|fastify|@fastify|light-my-request|find-my-way|avvio)/.test(key)),
     );
   }
   if (files.length === 0) lines.push(`no .cpuprofile in ${dir}`);

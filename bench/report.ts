@@ -200,7 +200,7 @@ export async function writeResults(
     `- pinning: ${run.pinned ? 'each server process on core 0 (taskset), the autocannon driver on core 1' : 'NONE (taskset missing)'}`,
     `- Node ${process.version}; Pinpoint ${commit}${dirty ? ' with uncommitted changes in src/' : ''}; ${versions.join(', ')}`,
     '- cases: warmed up 2 s per server, then 10 s measured per server as 4 segments of 2.5 s interleaved A B C C B A A B C C B A',
-    '- Pinpoint: production logger (info, one access-log line per request, asynchronous pino to a file); SQLite in WAL at synchronous=NORMAL (durable against a killed process)',
+    '- Pinpoint: run from dist/ (tsc output, as `npm start` runs it); production logger (info, one access-log line per request, asynchronous pino to a file); SQLite in WAL at synchronous=NORMAL (durable against a killed process)',
     '',
     '## Ratios',
     '',
