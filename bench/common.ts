@@ -1,5 +1,6 @@
 /** What the benchmark's processes share: the one client both servers know, and a small IPC request/reply protocol. */
 import { spawnSync } from 'node:child_process';
+import { readFile } from 'node:fs/promises';
 import { createServer } from 'node:net';
 
 export const CLIENT_ID = 'bench';
@@ -74,4 +75,13 @@ export function shuffled<T>(items: T[]): T[] {
     [items[i], items[j]] = [items[j] as T, items[i] as T];
   }
   return items;
+}
+
+/** The node flags `npm start` gives Pinpoint (its young-generation size), so the benchmark runs it as operators do. */
+export async function startNodeFlags(): Promise<string[]> {
+  const manifest = JSON.parse(await readFile(new URL('../package.json', import.meta.url), 'utf8')) as { scripts: { start: string } };
+  const words = manifest.scripts.start.split(/\s+/);
+  const afterNode = words.slice(words.indexOf('node') + 1);
+  const script = afterNode.findIndex((word) => !word.startsWith('--'));
+  return afterNode.slice(0, script === -1 ? afterNode.length : script);
 }

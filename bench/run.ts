@@ -21,7 +21,7 @@ import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
-import { API, AUDIENCE, SCOPE, tasksetAvailable, type PoolKind } from './common.js';
+import { API, AUDIENCE, SCOPE, startNodeFlags, tasksetAvailable, type PoolKind } from './common.js';
 import type { BodySpec, Expectation, RunResult, RunSpec } from './driver.js';
 import { cpuSeconds, DRIVER_CORE, Peer, pinSelf, residentMemory, runScript, SERVER_CORE } from './processes.js';
 import { summariseProfile } from './profile.js';
@@ -99,6 +99,8 @@ if (smoke) log(`bench: smoke mode seeds ${SCALE.large.toLocaleString('en')} gran
 const driver = new Peer<{ ready: true }>('driver', { script: join(here, 'driver.ts'), core: core(DRIVER_CORE) });
 const servers: Server[] = [];
 
+const pinpointNodeFlags = await startNodeFlags();
+
 async function startServer(name: ServerName, script: string, env: Record<string, string> = {}, nodeOptions: string[] = []): Promise<Server> {
   const peer = new Peer<Ready>(name, {
     script: join(here, script),
@@ -106,7 +108,7 @@ async function startServer(name: ServerName, script: string, env: Record<string,
     core: core(SERVER_CORE),
     stdout: join(temp, `${name}.log`),
     stderr: join(temp, `${name}.err`),
-    nodeOptions,
+    nodeOptions: name.startsWith('pinpoint') || name.startsWith('scale') ? [...pinpointNodeFlags, ...nodeOptions] : nodeOptions,
   });
   let ready: Ready;
   try {
@@ -428,7 +430,7 @@ async function main(): Promise<number> {
   }
   log(`\nbench: ${((Date.now() - started) / 1000).toFixed(0)} s`);
   if (!smoke && !partial) {
-    await writeResults(join(here, 'RESULTS.md'), { rows, scaleRows, scale, targets: targets ?? [], signing, pinned, seconds: (Date.now() - started) / 1000 });
+    await writeResults(join(here, 'RESULTS.md'), { rows, scaleRows, scale, targets: targets ?? [], signing, pinned, seconds: (Date.now() - started) / 1000, pinpointNodeFlags });
     log('bench: wrote bench/RESULTS.md');
   }
   return refused > 0 ? 1 : 0;

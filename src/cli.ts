@@ -1,4 +1,4 @@
-#!/usr/bin/env node
+#!/usr/bin/env -S node --max-semi-space-size=32
 import { parseArgs } from 'node:util';
 import { ConfigInvalid, formatProblem, loadConfig } from './config/load.js';
 import { describeConfig, describeInvalid, renderReport, type CheckReport, type ProbeResult } from './config/report.js';
