@@ -77,7 +77,7 @@ export function shuffled<T>(items: T[]): T[] {
   return items;
 }
 
-/** The node flags `npm start` gives Pinpoint (its young-generation size), so the benchmark runs it as operators do. */
+/** The node flags `npm start` gives Pinpoint (its young-generation size); the benchmark runs every server with them. */
 export async function startNodeFlags(): Promise<string[]> {
   const manifest = JSON.parse(await readFile(new URL('../package.json', import.meta.url), 'utf8')) as { scripts: { start: string } };
   const words = manifest.scripts.start.split(/\s+/);

@@ -178,7 +178,7 @@ const NOTES_MARKER = '<!-- notes below are kept when `npm run bench` rewrites th
 
 export async function writeResults(
   file: string,
-  run: { rows: readonly Row[]; scaleRows: readonly Row[]; scale: ScaleResult; targets: readonly Target[]; signing?: string; pinned: boolean; seconds: number; pinpointNodeFlags: readonly string[] },
+  run: { rows: readonly Row[]; scaleRows: readonly Row[]; scale: ScaleResult; targets: readonly Target[]; signing?: string; pinned: boolean; seconds: number; nodeFlags: readonly string[] },
 ): Promise<void> {
   const previous = await readFile(file, 'utf8').catch(() => '');
   const at = previous.indexOf(NOTES_MARKER);
@@ -200,7 +200,8 @@ export async function writeResults(
     `- pinning: ${run.pinned ? 'each server process on core 0 (taskset), the autocannon driver on core 1' : 'NONE (taskset missing)'}`,
     `- Node ${process.version}; Pinpoint ${commit}${dirty ? ' with uncommitted changes in src/' : ''}; ${versions.join(', ')}`,
     '- cases: warmed up 2 s per server, then 10 s measured per server as 4 segments of 2.5 s interleaved A B C C B A A B C C B A',
-    `- Pinpoint: run from dist/ (tsc output) with the node flags of \`npm start\` (${run.pinpointNodeFlags.join(' ')}); production logger (info, one access-log line per request, asynchronous pino to a file); SQLite in WAL at synchronous=NORMAL (durable against a killed process)`,
+    `- every server process runs with the node flags Pinpoint ships with (\`npm start\`: ${run.nodeFlags.join(' ')}), so the ratios compare code, not runtime settings`,
+    `- Pinpoint: run from dist/ (tsc output, as \`npm start\`); production logger (info, one access-log line per request, asynchronous pino to a file); SQLite in WAL at synchronous=NORMAL (durable against a killed process)`,
     '',
     '## Ratios',
     '',

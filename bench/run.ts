@@ -99,7 +99,7 @@ if (smoke) log(`bench: smoke mode seeds ${SCALE.large.toLocaleString('en')} gran
 const driver = new Peer<{ ready: true }>('driver', { script: join(here, 'driver.ts'), core: core(DRIVER_CORE) });
 const servers: Server[] = [];
 
-const pinpointNodeFlags = await startNodeFlags();
+const shippedNodeFlags = await startNodeFlags();
 
 async function startServer(name: ServerName, script: string, env: Record<string, string> = {}, nodeOptions: string[] = []): Promise<Server> {
   const peer = new Peer<Ready>(name, {
@@ -108,7 +108,8 @@ async function startServer(name: ServerName, script: string, env: Record<string,
     core: core(SERVER_CORE),
     stdout: join(temp, `${name}.log`),
     stderr: join(temp, `${name}.err`),
-    nodeOptions: name.startsWith('pinpoint') || name.startsWith('scale') ? [...pinpointNodeFlags, ...nodeOptions] : nodeOptions,
+    // Every server gets the node flags Pinpoint ships with: the ratios compare code, not runtime settings.
+    nodeOptions: [...shippedNodeFlags, ...nodeOptions],
   });
   let ready: Ready;
   try {
@@ -430,7 +431,7 @@ async function main(): Promise<number> {
   }
   log(`\nbench: ${((Date.now() - started) / 1000).toFixed(0)} s`);
   if (!smoke && !partial) {
-    await writeResults(join(here, 'RESULTS.md'), { rows, scaleRows, scale, targets: targets ?? [], signing, pinned, seconds: (Date.now() - started) / 1000, pinpointNodeFlags });
+    await writeResults(join(here, 'RESULTS.md'), { rows, scaleRows, scale, targets: targets ?? [], signing, pinned, seconds: (Date.now() - started) / 1000, nodeFlags: shippedNodeFlags });
     log('bench: wrote bench/RESULTS.md');
   }
   return refused > 0 ? 1 : 0;
