@@ -134,8 +134,7 @@ async function seedRefreshTokens(count: number): Promise<string[]> {
     const refresh = newRefreshToken(grant.id);
     const calls = [
       store.createGrantWithCode(grant, code.record),
-      store.consumeCode(code.record.digest, now),
-      store.addRefreshToken({ digest: refresh.digest, grantId: grant.id, issuedAt: now, expiresAt: now + REFRESH_LIFETIME_MS }),
+      store.consumeCode(code.record.digest, now, { digest: refresh.digest, grantId: grant.id, issuedAt: now, expiresAt: now + REFRESH_LIFETIME_MS }),
     ];
     return { calls, line: refresh.value };
   });

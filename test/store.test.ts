@@ -176,6 +176,31 @@ function storeSuite(name: string, backend: () => Backend): void {
       assert.equal(results.filter(Boolean).length, 1);
     });
 
+    it('consumes a code and stores its first refresh token in one transaction; once only', async () => {
+      const store = await open();
+      const now = Date.now();
+      const grant = makeGrant(now);
+      const code = makeCode(grant, now);
+      await store.createGrantWithCode(grant, code);
+      const candidates = Array.from({ length: 20 }, () => makeRefresh(grant, now));
+      const results = await Promise.all(candidates.map((refresh) => store.consumeCode(code.digest, now, refresh)));
+      assert.equal(results.filter(Boolean).length, 1);
+      const statuses = await Promise.all(candidates.map(async (refresh) => (await store.findRefreshToken(grant.id, refresh.digest, now)).status));
+      assert.deepEqual(
+        statuses.map((status, i) => [status, results[i]]).filter(([status]) => status === 'active'),
+        [['active', true]],
+        "only the winner's refresh token was stored",
+      );
+      assert.equal((await store.getGrant(grant.id))?.expiresAt, (candidates[0] as RefreshTokenRecord).expiresAt + GRANT_EXPIRY_SLACK_MS);
+      assert.deepEqual(await store.findCode(code.digest, now), { status: 'used', grantId: grant.id });
+
+      const expired = makeCode(grant, now);
+      await store.createGrantWithCode(makeGrant(now), { ...expired, grantId: grant.id });
+      const late = makeRefresh(grant, expired.expiresAt);
+      assert.equal(await store.consumeCode(expired.digest, expired.expiresAt, late), false);
+      assert.deepEqual(await store.findRefreshToken(grant.id, late.digest, expired.expiresAt), { status: 'unknown' }, 'nothing written');
+    });
+
     it('adds a refresh token, extending the grant to outlive it by the slack', async () => {
       const store = await open();
       const now = Date.now();

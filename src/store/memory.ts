@@ -91,10 +91,12 @@ export class MemoryStore implements Store {
     return { status: 'active', code: entry.record, grant };
   }
 
-  async consumeCode(digest: string, now: number): Promise<boolean> {
+  async consumeCode(digest: string, now: number, firstRefresh?: RefreshTokenRecord): Promise<boolean> {
     const entry = this.#codes.get(digest);
     if (entry === undefined || entry.used || entry.record.expiresAt <= now) return false;
+    if (firstRefresh !== undefined && this.#refreshTokens.has(firstRefresh.digest)) throw new Error('refresh token digest already exists');
     entry.used = true;
+    if (firstRefresh !== undefined) this.#insertRefreshToken(firstRefresh);
     return true;
   }
 

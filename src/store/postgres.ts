@@ -153,6 +153,17 @@ function statements(schema: string) {
         c.code_challenge, c.nonce, c.expires_at AS code_expires_at, c.used, ${GRANT_COLUMNS}
       FROM ${codes} c LEFT JOIN ${grants} g ON g.id = c.grant_id WHERE c.digest = $1`,
     consumeCode: `UPDATE ${codes} SET used = TRUE WHERE digest = $1 AND NOT used AND expires_at > $2`,
+    // One statement: a concurrent exchange of the same code waits for the row lock, then finds it used.
+    consumeCodeWithRefresh: `WITH used AS (
+        UPDATE ${codes} SET used = TRUE WHERE digest = $1::text AND NOT used AND expires_at > $2::bigint RETURNING grant_id
+      ), inserted AS (
+        INSERT INTO ${tokens} (digest, grant_id, issued_at, expires_at, status)
+        SELECT $3::text, $4::text, $5::bigint, $6::bigint, 'active' FROM used RETURNING digest
+      ), extended AS (
+        UPDATE ${grants} SET expires_at = $6::bigint + ${GRANT_EXPIRY_SLACK_MS}
+        WHERE id = $4::text AND expires_at < $6::bigint AND EXISTS (SELECT 1 FROM inserted)
+      )
+      SELECT count(*)::int AS consumed FROM used`,
     findRefreshToken: `SELECT r.digest AS token_digest, r.grant_id AS token_grant_id, r.issued_at, r.expires_at AS token_expires_at,
         r.status, ${GRANT_COLUMNS}
       FROM ${tokens} r LEFT JOIN ${grants} g ON g.id = r.grant_id WHERE r.grant_id = $1 AND r.digest = $2`,
@@ -298,8 +309,11 @@ export class PostgresStore implements Store {
     return codeLookupFromRow((await this.#query<CodeRow>(this.#sql.findCode, [digest])).rows[0], now);
   }
 
-  async consumeCode(digest: string, now: number): Promise<boolean> {
-    return (await this.#query(this.#sql.consumeCode, [digest, now])).rowCount === 1;
+  async consumeCode(digest: string, now: number, firstRefresh?: RefreshTokenRecord): Promise<boolean> {
+    if (firstRefresh === undefined) return (await this.#query(this.#sql.consumeCode, [digest, now])).rowCount === 1;
+    const { digest: refreshDigest, grantId, issuedAt, expiresAt } = firstRefresh;
+    const result = await this.#query<{ consumed: number }>(this.#sql.consumeCodeWithRefresh, [digest, now, refreshDigest, grantId, issuedAt, expiresAt]);
+    return result.rows[0]?.consumed === 1;
   }
 
   async findRefreshToken(grantId: string, digest: string, now: number): Promise<RefreshLookup> {

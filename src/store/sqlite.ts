@@ -167,8 +167,8 @@ export class SqliteStore implements Store {
     return codeLookupFromRow(guard(() => this.#statements.findCode.get(digest) as CodeRow | undefined), now);
   }
 
-  async consumeCode(digest: string, now: number): Promise<boolean> {
-    return this.#write(() => this.#statements.consumeCode.run(digest, now).changes === 1);
+  async consumeCode(digest: string, now: number, firstRefresh?: RefreshTokenRecord): Promise<boolean> {
+    return this.#write(() => this.#transactions.consumeCode(digest, now, firstRefresh));
   }
 
   async findRefreshToken(grantId: string, digest: string, now: number): Promise<RefreshLookup> {
@@ -417,6 +417,11 @@ function prepareTransactions(db: Database.Database, s: Statements) {
       s.insertCode.run(code.digest, code.grantId, code.clientId, code.redirectUri, code.codeChallenge, code.nonce ?? null, code.expiresAt);
     }),
     addRefreshToken: db.transaction(insertRefreshToken),
+    consumeCode: db.transaction((digest: string, now: number, firstRefresh: RefreshTokenRecord | undefined): boolean => {
+      if (s.consumeCode.run(digest, now).changes !== 1) return false;
+      if (firstRefresh !== undefined) insertRefreshToken(firstRefresh);
+      return true;
+    }),
     rotateRefreshToken: db.transaction((oldDigest: string, next: RefreshTokenRecord, now: number): boolean => {
       // Nothing else is written when the old token was not active (RFC 9700 §4.14.2 reuse).
       if (s.markRotated.run(next.grantId, oldDigest, now).changes !== 1) return false;

@@ -76,8 +76,11 @@ export interface AuthorizationCodeStore {
    * `active` while unused and its grant exists, `unknown` otherwise (expired codes included).
    */
   findCode(digest: string, now: number): Promise<CodeLookup>;
-  /** Atomically marks the code used; false when another request used it first. */
-  consumeCode(digest: string, now: number): Promise<boolean>;
+  /**
+   * One transaction: marks the code used and, when given, adds the grant's first refresh token (as
+   * addRefreshToken); false, and nothing written, when another request used the code first.
+   */
+  consumeCode(digest: string, now: number, firstRefresh?: RefreshTokenRecord): Promise<boolean>;
 }
 
 export interface RefreshTokenRecord {

@@ -57,17 +57,16 @@ export const authorizationCodeGrant: GrantHandler<ValidCodeExchange> = {
   },
 
   async respond(ctx, { client, now, log }, { code, grant, audience }) {
-    if (!(await ctx.store.consumeCode(code.digest, now))) {
+    const lifetimeMs = client.refreshLifetimeMs;
+    const refresh = lifetimeMs === undefined ? undefined : { ...newRefreshToken(grant.id), expiresAt: now + lifetimeMs };
+    const firstRefresh = refresh && { digest: refresh.digest, grantId: grant.id, issuedAt: now, expiresAt: refresh.expiresAt };
+    // The code is used and the refresh token stored in one transaction: one commit per exchange.
+    if (!(await ctx.store.consumeCode(code.digest, now, firstRefresh))) {
       await ctx.store.revokeGrant(grant.id);
       log.warn({ client_id: client.clientId, grant_id: grant.id }, 'authorization code used twice at once: grant revoked');
       throw badCode();
     }
-    let refreshToken: string | undefined;
-    if (client.refreshLifetimeMs !== undefined) {
-      const refresh = newRefreshToken(grant.id);
-      await ctx.store.addRefreshToken({ digest: refresh.digest, grantId: grant.id, issuedAt: now, expiresAt: now + client.refreshLifetimeMs });
-      refreshToken = refresh.value;
-    }
+    const refreshToken = refresh?.value;
     return issueTokens(
       ctx,
       {
