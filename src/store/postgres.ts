@@ -135,6 +135,14 @@ function statements(schema: string) {
   const grantValues = '$1::text, $2::text, $3::text, $4::text, $5::text, $6::text, $7::bigint, $8::bigint, $9::bigint';
   const sweepBatch = (table: string, key: string, condition: string): string =>
     `DELETE FROM ${table} WHERE (${key}) IN (SELECT ${key} FROM ${table} WHERE ${condition} LIMIT ${SWEEP_BATCH} FOR UPDATE SKIP LOCKED)`;
+  /** CTEs `inserted` and `extended`: the refresh token $3-$6 (digest, grant id, issued, expires) added and its grant extended, only when `gate` gave a row. */
+  const addTokenAfter = (gate: string): string => `inserted AS (
+        INSERT INTO ${tokens} (digest, grant_id, issued_at, expires_at, status)
+        SELECT $3::text, $4::text, $5::bigint, $6::bigint, 'active' FROM ${gate} RETURNING digest
+      ), extended AS (
+        UPDATE ${grants} SET expires_at = $6::bigint + ${GRANT_EXPIRY_SLACK_MS}
+        WHERE id = $4::text AND expires_at < $6::bigint AND EXISTS (SELECT 1 FROM inserted)
+      )`;
   const texts = {
     ping: 'SELECT 1',
     selectKeys: `SELECT kid, alg, private_jwk, created_at FROM ${keys} ORDER BY created_at, kid COLLATE "C"`,
@@ -156,13 +164,7 @@ function statements(schema: string) {
     // One statement: a concurrent exchange of the same code waits for the row lock, then finds it used.
     consumeCodeWithRefresh: `WITH used AS (
         UPDATE ${codes} SET used = TRUE WHERE digest = $1::text AND NOT used AND expires_at > $2::bigint RETURNING grant_id
-      ), inserted AS (
-        INSERT INTO ${tokens} (digest, grant_id, issued_at, expires_at, status)
-        SELECT $3::text, $4::text, $5::bigint, $6::bigint, 'active' FROM used RETURNING digest
-      ), extended AS (
-        UPDATE ${grants} SET expires_at = $6::bigint + ${GRANT_EXPIRY_SLACK_MS}
-        WHERE id = $4::text AND expires_at < $6::bigint AND EXISTS (SELECT 1 FROM inserted)
-      )
+      ), ${addTokenAfter('used')}
       SELECT count(*)::int AS consumed FROM used`,
     findRefreshToken: `SELECT r.digest AS token_digest, r.grant_id AS token_grant_id, r.issued_at, r.expires_at AS token_expires_at,
         r.status, ${GRANT_COLUMNS}
@@ -175,13 +177,7 @@ function statements(schema: string) {
     rotateRefreshToken: `WITH old AS (
         UPDATE ${tokens} SET status = 'rotated'
         WHERE grant_id = $4::text AND digest = $1::text AND status = 'active' AND expires_at > $2::bigint RETURNING digest
-      ), inserted AS (
-        INSERT INTO ${tokens} (digest, grant_id, issued_at, expires_at, status)
-        SELECT $3::text, $4::text, $5::bigint, $6::bigint, 'active' FROM old RETURNING digest
-      ), extended AS (
-        UPDATE ${grants} SET expires_at = $6::bigint + ${GRANT_EXPIRY_SLACK_MS}
-        WHERE id = $4::text AND expires_at < $6::bigint AND EXISTS (SELECT 1 FROM inserted)
-      )
+      ), ${addTokenAfter('old')}
       SELECT count(*)::int AS rotated FROM inserted`,
     releaseUserCode: `DELETE FROM ${devices} WHERE user_code = $1 AND expires_at <= $2`,
     insertDevice: `INSERT INTO ${devices} (${DEVICE_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`,
