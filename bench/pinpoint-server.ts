@@ -131,10 +131,10 @@ async function seedRefreshTokens(count: number): Promise<string[]> {
     const now = Date.now();
     const grant = newGrant(now, (seeded += 1));
     const code = newCode(grant, now);
-    const refresh = newRefreshToken(grant.id);
+    const refresh = newRefreshToken(grant.id, now, REFRESH_LIFETIME_MS);
     const calls = [
       store.createGrantWithCode(grant, code.record),
-      store.consumeCode(code.record.digest, now, { digest: refresh.digest, grantId: grant.id, issuedAt: now, expiresAt: now + REFRESH_LIFETIME_MS }),
+      store.consumeCode(code.record.digest, now, refresh.record),
     ];
     return { calls, line: refresh.value };
   });

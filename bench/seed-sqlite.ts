@@ -56,8 +56,8 @@ const insertBatch = db.transaction((from: number, to: number, now: number): void
     };
     insertGrant.run(...grantParams(grant));
     for (let t = 0; t < tokensPerGrant; t += 1) {
-      const token = newRefreshToken(grant.id);
-      insertToken.run(grant.id, token.digest, now, now + REFRESH_LIFETIME_MS);
+      const token = newRefreshToken(grant.id, now, REFRESH_LIFETIME_MS);
+      insertToken.run(token.record.grantId, token.record.digest, token.record.issuedAt, token.record.expiresAt);
       if (tokenIndex % stride === 0 && written < wanted) {
         handedOut.push(token.value);
         written += 1;

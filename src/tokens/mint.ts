@@ -3,7 +3,7 @@ import * as nodeCrypto from 'node:crypto';
 import { createHash, randomFillSync, sign } from 'node:crypto';
 import { SignJWT } from 'jose';
 import type { Audience } from '../policy/resource.js';
-import type { SubjectClaims } from '../store/types.js';
+import type { RefreshTokenRecord, SubjectClaims } from '../store/types.js';
 import type { SigningKey, SigningKeys } from './keys.js';
 
 export interface AccessTokenInput {
@@ -108,13 +108,14 @@ export function newSecret(): { value: string; digest: string } {
 }
 
 /**
- * A fresh refresh token for `grantId`: `<grant id>.<secret>`. The store keys refresh tokens by grant and
- * digest, so a rotation writes the one index page the grant's tokens share, not pages spread over the
- * whole table (bench/RESULTS.md). The grant id is a random handle; the secret makes the token unguessable.
+ * A fresh refresh token of `grantId`, `<grant id>.<secret>`, living `lifetimeMs` from `issuedAt`: the value for
+ * the client and the record the store keeps. The store keys refresh tokens by grant and digest, so a rotation
+ * writes the one index page the grant's tokens share, not pages spread over the whole table (bench/RESULTS.md).
+ * The grant id is a random handle; the secret makes the token unguessable.
  */
-export function newRefreshToken(grantId: string): { value: string; digest: string } {
+export function newRefreshToken(grantId: string, issuedAt: number, lifetimeMs: number): { value: string; record: RefreshTokenRecord } {
   const value = `${grantId}${REFRESH_TOKEN_SEPARATOR}${randomText(32)}`;
-  return { value, digest: digestOf(value) };
+  return { value, record: { digest: digestOf(value), grantId, issuedAt, expiresAt: issuedAt + lifetimeMs } };
 }
 
 const REFRESH_TOKEN_SEPARATOR = '.';

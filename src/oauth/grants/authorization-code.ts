@@ -57,16 +57,13 @@ export const authorizationCodeGrant: GrantHandler<ValidCodeExchange> = {
   },
 
   async respond(ctx, { client, now, log }, { code, grant, audience }) {
-    const lifetimeMs = client.refreshLifetimeMs;
-    const refresh = lifetimeMs === undefined ? undefined : { ...newRefreshToken(grant.id), expiresAt: now + lifetimeMs };
-    const firstRefresh = refresh && { digest: refresh.digest, grantId: grant.id, issuedAt: now, expiresAt: refresh.expiresAt };
+    const refresh = client.refreshLifetimeMs === undefined ? undefined : newRefreshToken(grant.id, now, client.refreshLifetimeMs);
     // The code is used and the refresh token stored in one transaction: one commit per exchange.
-    if (!(await ctx.store.consumeCode(code.digest, now, firstRefresh))) {
+    if (!(await ctx.store.consumeCode(code.digest, now, refresh?.record))) {
       await ctx.store.revokeGrant(grant.id);
       log.warn({ client_id: client.clientId, grant_id: grant.id }, 'authorization code used twice at once: grant revoked');
       throw badCode();
     }
-    const refreshToken = refresh?.value;
     return issueTokens(
       ctx,
       {
@@ -75,7 +72,7 @@ export const authorizationCodeGrant: GrantHandler<ValidCodeExchange> = {
         audience,
         scope: grant.scope,
         authTime: grant.authTime,
-        refreshToken,
+        refreshToken: refresh?.value,
         idToken: { nonce: code.nonce, claims: grant.claims, authTime: grant.authTime },
       },
       now,

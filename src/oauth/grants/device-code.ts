@@ -79,8 +79,7 @@ export const deviceCodeGrant: GrantHandler<ValidPoll> = {
 
     const { record, approval, audience } = poll;
     const grantId = randomUUID();
-    const refresh = client.refreshLifetimeMs === undefined ? undefined : newRefreshToken(grantId);
-    const refreshExpiresAt = client.refreshLifetimeMs === undefined ? undefined : now + client.refreshLifetimeMs;
+    const refresh = client.refreshLifetimeMs === undefined ? undefined : newRefreshToken(grantId, now, client.refreshLifetimeMs);
     const grant: Grant = {
       id: grantId,
       clientId: client.clientId,
@@ -91,14 +90,10 @@ export const deviceCodeGrant: GrantHandler<ValidPoll> = {
       authTime: approval.authTime,
       createdAt: now,
       // Without refresh tokens nothing reads the grant after this answer; keep it as long as its access token.
-      expiresAt: refreshExpiresAt ?? now + ctx.config.accessTokenLifetimeMs,
+      expiresAt: refresh?.record.expiresAt ?? now + ctx.config.accessTokenLifetimeMs,
     };
-    const refreshRecord =
-      refresh === undefined || refreshExpiresAt === undefined
-        ? undefined
-        : { digest: refresh.digest, grantId: grant.id, issuedAt: now, expiresAt: refreshExpiresAt };
     // RFC 8628 §3.5 + DESIGN.md §6: one atomic redemption; a second (or parallel) one gets invalid_grant.
-    if (!(await ctx.store.redeemDeviceCode(record.deviceCodeDigest, grant, refreshRecord, now))) throw badDeviceCode();
+    if (!(await ctx.store.redeemDeviceCode(record.deviceCodeDigest, grant, refresh?.record, now))) throw badDeviceCode();
     return issueTokens(
       ctx,
       {

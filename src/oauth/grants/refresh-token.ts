@@ -58,13 +58,8 @@ export const refreshTokenGrant: GrantHandler<ValidRefresh> = {
   },
 
   async respond(ctx, { client, now, log }, { token, grant, scope, audience, lifetimeMs }) {
-    const next = newRefreshToken(grant.id);
-    const rotated = await ctx.store.rotateRefreshToken(
-      token.digest,
-      { digest: next.digest, grantId: grant.id, issuedAt: now, expiresAt: now + lifetimeMs },
-      now,
-    );
-    if (!rotated) {
+    const next = newRefreshToken(grant.id, now, lifetimeMs);
+    if (!(await ctx.store.rotateRefreshToken(token.digest, next.record, now))) {
       // Lost a race with a parallel refresh of the same token: that is reuse too (DESIGN.md §6).
       await ctx.store.revokeGrant(grant.id);
       log.warn({ client_id: client.clientId, grant_id: grant.id }, 'refresh token reused (parallel refresh): grant revoked');
