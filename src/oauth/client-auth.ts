@@ -1,9 +1,9 @@
 /** Client authentication at /token (RFC 6749 §2.3): HTTP Basic for confidential clients, client_id for public ones. */
-import * as nodeCrypto from 'node:crypto';
-import { createHash, timingSafeEqual } from 'node:crypto';
+import { timingSafeEqual } from 'node:crypto';
 import type { ClientRecord } from '../config/types.js';
 import { invalidClient } from '../errors.js';
 import { single, type Params } from '../http/params.js';
+import { sha256 } from '../tokens/sha256.js';
 
 /** What a request presents, decoded once per request. */
 export interface PresentedCredentials {
@@ -41,12 +41,6 @@ export function readClientCredentials(authorization: string | undefined, params:
     bodySecret: params.has('client_secret'),
   };
 }
-
-const sha256: (text: string) => Buffer =
-  // crypto.hash (Node 20.12+) hashes in one call, without a Hash object per digest.
-  typeof nodeCrypto.hash === 'function'
-    ? (text) => nodeCrypto.hash('sha256', text, 'buffer')
-    : (text) => createHash('sha256').update(text).digest();
 
 /** SHA-256 of each configured secret, computed once per client rather than per request. */
 const secretDigests = new WeakMap<ClientRecord, Buffer>();

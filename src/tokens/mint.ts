@@ -1,10 +1,10 @@
 /** Minting of access tokens (RFC 9068 JWTs) and ID tokens (OIDC Core §2). */
-import * as nodeCrypto from 'node:crypto';
-import { createHash, randomFillSync, sign } from 'node:crypto';
+import { randomFillSync, sign } from 'node:crypto';
 import { SignJWT } from 'jose';
 import type { Audience } from '../policy/resource.js';
 import type { RefreshTokenRecord, SubjectClaims } from '../store/types.js';
 import type { SigningKey, SigningKeys } from './keys.js';
+import { sha256 } from './sha256.js';
 
 export interface AccessTokenInput {
   readonly issuer: string;
@@ -61,7 +61,7 @@ function signEs256(encodedHeader: string, claims: Record<string, unknown>, key: 
 
 /** OIDC Core §3.1.3.6: left half of SHA-256 of the access token, base64url. */
 export function accessTokenHash(accessToken: string): string {
-  const digest = createHash('sha256').update(accessToken, 'ascii').digest();
+  const digest = sha256(accessToken);
   return digest.subarray(0, digest.length / 2).toString('base64url');
 }
 
@@ -131,11 +131,8 @@ export function refreshTokenKey(presented: string): { grantId: string; digest: s
   return { grantId, digest: digestOf(presented) };
 }
 
-export const digestOf: (secret: string) => string =
-  // crypto.hash (Node 20.12+) hashes in one call, without a Hash object per digest.
-  typeof nodeCrypto.hash === 'function'
-    ? (secret) => nodeCrypto.hash('sha256', secret, 'hex')
-    : (secret) => createHash('sha256').update(secret, 'utf8').digest('hex');
+/** The hex SHA-256 the store keeps of a code, refresh token, device code or session id. */
+export const digestOf = (secret: string): string => sha256(secret).toString('hex');
 
 /** CSPRNG bytes drawn 4 KiB at a time: one randomBytes() call per token costs several times the bytes themselves. */
 const randomPool = Buffer.allocUnsafe(4096);

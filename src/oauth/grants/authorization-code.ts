@@ -1,10 +1,10 @@
 /** grant_type=authorization_code (RFC 6749 §4.1.3, RFC 7636 §4.6, RFC 8707 §2.2). */
-import { createHash } from 'node:crypto';
 import { OAuthError, invalidGrant } from '../../errors.js';
 import { all, required } from '../../http/params.js';
 import { decideResourceParameter, decideTokenAudience, type Audience } from '../../policy/resource.js';
 import type { AuthorizationCodeRecord, Grant } from '../../store/types.js';
 import { digestOf, newRefreshToken } from '../../tokens/mint.js';
+import { sha256 } from '../../tokens/sha256.js';
 import { issueTokens } from '../token-response.js';
 import { unwrap, type GrantHandler } from './grant.js';
 
@@ -39,7 +39,7 @@ export const authorizationCodeGrant: GrantHandler<ValidCodeExchange> = {
     }
     if (lookup.status === 'unknown' || lookup.code.clientId !== client.clientId) throw badCode();
     if (lookup.code.redirectUri !== redirectUri) throw invalidGrant('redirect_uri does not match the authorization request');
-    const challenge = createHash('sha256').update(verifier, 'ascii').digest('base64url');
+    const challenge = sha256(verifier).toString('base64url');
     if (challenge !== lookup.code.codeChallenge) throw invalidGrant('code_verifier does not match the code_challenge');
 
     const audience = unwrap(
