@@ -104,6 +104,15 @@ function storeSuite(name: string, backend: () => Backend): void {
       opened.push(store);
       return store;
     };
+    /** A fresh store holding one grant and its unused code. */
+    const openWithCode = async (): Promise<{ store: Store; now: number; grant: Grant; code: AuthorizationCodeRecord }> => {
+      const store = await open();
+      const now = Date.now();
+      const grant = makeGrant(now);
+      const code = makeCode(grant, now);
+      await store.createGrantWithCode(grant, code);
+      return { store, now, grant, code };
+    };
     after(async () => {
       for (const store of opened) await store.close();
     });
@@ -148,11 +157,7 @@ function storeSuite(name: string, backend: () => Backend): void {
     });
 
     it('uses a code once: used after consumption, unknown when expired or unknown', async () => {
-      const store = await open();
-      const now = Date.now();
-      const grant = makeGrant(now);
-      const code = makeCode(grant, now);
-      await store.createGrantWithCode(grant, code);
+      const { store, now, grant, code } = await openWithCode();
       assert.equal(await store.consumeCode(code.digest, now), true);
       assert.equal(await store.consumeCode(code.digest, now), false);
       assert.deepEqual(await store.findCode(code.digest, now), { status: 'used', grantId: grant.id });
@@ -167,21 +172,13 @@ function storeSuite(name: string, backend: () => Backend): void {
     });
 
     it('lets exactly one of 50 concurrent consumeCode calls win', async () => {
-      const store = await open();
-      const now = Date.now();
-      const grant = makeGrant(now);
-      const code = makeCode(grant, now);
-      await store.createGrantWithCode(grant, code);
+      const { store, now, grant, code } = await openWithCode();
       const results = await Promise.all(Array.from({ length: 50 }, () => store.consumeCode(code.digest, now)));
       assert.equal(results.filter(Boolean).length, 1);
     });
 
     it('consumes a code and stores its first refresh token in one transaction; once only', async () => {
-      const store = await open();
-      const now = Date.now();
-      const grant = makeGrant(now);
-      const code = makeCode(grant, now);
-      await store.createGrantWithCode(grant, code);
+      const { store, now, grant, code } = await openWithCode();
       const candidates = Array.from({ length: 20 }, () => makeRefresh(grant, now));
       const results = await Promise.all(candidates.map((refresh) => store.consumeCode(code.digest, now, refresh)));
       assert.equal(results.filter(Boolean).length, 1);
@@ -202,10 +199,7 @@ function storeSuite(name: string, backend: () => Backend): void {
     });
 
     it('adds a refresh token, extending the grant to outlive it by the slack', async () => {
-      const store = await open();
-      const now = Date.now();
-      const grant = makeGrant(now);
-      await store.createGrantWithCode(grant, makeCode(grant, now));
+      const { store, now, grant } = await openWithCode();
       const token = makeRefresh(grant, now + 1000);
       await store.addRefreshToken(token);
       const lookup = await store.findRefreshToken(token.grantId, token.digest, now);
@@ -228,10 +222,7 @@ function storeSuite(name: string, backend: () => Backend): void {
     });
 
     it('rotates a refresh token: the old one reads rotated, the new one active, the grant outliving both', async () => {
-      const store = await open();
-      const now = Date.now();
-      const grant = makeGrant(now);
-      await store.createGrantWithCode(grant, makeCode(grant, now));
+      const { store, now, grant } = await openWithCode();
       const first = makeRefresh(grant, now);
       await store.addRefreshToken(first);
       const next = makeRefresh(grant, now + 5000);
@@ -250,10 +241,7 @@ function storeSuite(name: string, backend: () => Backend): void {
     });
 
     it('writes nothing when a rotation fails', async () => {
-      const store = await open();
-      const now = Date.now();
-      const grant = makeGrant(now);
-      await store.createGrantWithCode(grant, makeCode(grant, now));
+      const { store, now, grant } = await openWithCode();
       const first = makeRefresh(grant, now, MINUTE * 2);
       await store.addRefreshToken(first);
       const second = makeRefresh(grant, now + 1000, MINUTE * 3);
@@ -284,10 +272,7 @@ function storeSuite(name: string, backend: () => Backend): void {
     });
 
     it('lets exactly one of 50 concurrent rotations of one token win, leaving one new active token', async () => {
-      const store = await open();
-      const now = Date.now();
-      const grant = makeGrant(now);
-      await store.createGrantWithCode(grant, makeCode(grant, now));
+      const { store, now, grant } = await openWithCode();
       const first = makeRefresh(grant, now);
       await store.addRefreshToken(first);
       const candidates = Array.from({ length: 50 }, () => makeRefresh(grant, now + 1000));
@@ -300,11 +285,7 @@ function storeSuite(name: string, backend: () => Backend): void {
     });
 
     it('revokes a grant with its codes and live refresh tokens', async () => {
-      const store = await open();
-      const now = Date.now();
-      const grant = makeGrant(now);
-      const code = makeCode(grant, now);
-      await store.createGrantWithCode(grant, code);
+      const { store, now, grant, code } = await openWithCode();
       assert.equal(await store.consumeCode(code.digest, now), true);
       const token = makeRefresh(grant, now);
       await store.addRefreshToken(token);
@@ -325,11 +306,7 @@ function storeSuite(name: string, backend: () => Backend): void {
     });
 
     it('never reports a code of a revoked grant as active, even unused', async () => {
-      const store = await open();
-      const now = Date.now();
-      const grant = makeGrant(now);
-      const code = makeCode(grant, now);
-      await store.createGrantWithCode(grant, code);
+      const { store, now, grant, code } = await openWithCode();
       await store.revokeGrant(grant.id);
       assert.notEqual((await store.findCode(code.digest, now)).status, 'active');
       assert.equal(await store.consumeCode(code.digest, now), false);
