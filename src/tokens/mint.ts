@@ -101,11 +101,15 @@ export async function mintIdToken(keys: SigningKeys, input: IdTokenInput, now: n
   return new SignJWT(claims).setProtectedHeader({ alg: 'RS256', typ: 'JWT', kid: keys.idToken.kid }).sign(keys.idToken.privateKey);
 }
 
-/** A fresh opaque secret (code, refresh token, session id) and the SHA-256 digest the store keeps. */
+/** A fresh opaque secret (authorization code, device code, session id) and the SHA-256 digest the store keeps. */
 export function newSecret(): { value: string; digest: string } {
   const value = randomText(32);
   return { value, digest: digestOf(value) };
 }
+
+const REFRESH_TOKEN_SEPARATOR = '.';
+/** Grant ids are UUIDs; anything else before the separator is not one of our tokens. */
+const GRANT_ID_SHAPE = /^[0-9A-Za-z-]{1,64}$/;
 
 /**
  * A fresh refresh token of `grantId`, `<grant id>.<secret>`, living `lifetimeMs` from `issuedAt`: the value for
@@ -117,10 +121,6 @@ export function newRefreshToken(grantId: string, issuedAt: number, lifetimeMs: n
   const value = `${grantId}${REFRESH_TOKEN_SEPARATOR}${randomText(32)}`;
   return { value, record: { digest: digestOf(value), grantId, issuedAt, expiresAt: issuedAt + lifetimeMs } };
 }
-
-const REFRESH_TOKEN_SEPARATOR = '.';
-/** Grant ids are UUIDs; anything else before the separator is not one of our tokens. */
-const GRANT_ID_SHAPE = /^[0-9A-Za-z-]{1,64}$/;
 
 /** The grant a presented refresh token names and the token's digest; undefined when it is not shaped like one of ours. */
 export function refreshTokenKey(presented: string): { grantId: string; digest: string } | undefined {
