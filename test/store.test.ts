@@ -67,6 +67,21 @@ const makeRefresh = (grant: Grant, now: number, lifetimeMs = 60 * MINUTE): Refre
   expiresAt: now + lifetimeMs,
 });
 
+/** After migration 2, a version 1 refresh token is found under its grant, rotates, and its row stays beside the new one; closes `store`. */
+async function assertMigratedRefreshToken(
+  store: Store,
+  { grant, token, now }: { grant: Grant; token: RefreshTokenRecord; now: number },
+  rows: (store: Store, table: string) => Promise<number>,
+): Promise<void> {
+  try {
+    assert.deepEqual(await store.findRefreshToken(grant.id, token.digest, now), { status: 'active', token, grant });
+    assert.equal(await store.rotateRefreshToken(token.digest, makeRefresh(grant, now), now), true);
+    assert.equal(await rows(store, 'refresh_tokens'), 2);
+  } finally {
+    await store.close();
+  }
+}
+
 function makeDevice(now: number, overrides: Partial<DeviceAuthorizationRecord> = {}): DeviceAuthorizationRecord {
   return {
     deviceCodeDigest: digest(),
@@ -636,14 +651,7 @@ describe('sqlite', () => {
       token.digest, grant.id, token.issuedAt, token.expiresAt,
     );
     db.close();
-    const store = new SqliteStore(file);
-    try {
-      assert.deepEqual(await store.findRefreshToken(grant.id, token.digest, now), { status: 'active', token, grant });
-      assert.equal(await store.rotateRefreshToken(token.digest, makeRefresh(grant, now), now), true);
-      assert.equal(await rows(store, 'refresh_tokens'), 2);
-    } finally {
-      await store.close();
-    }
+    await assertMigratedRefreshToken(new SqliteStore(file), { grant, token, now }, rows);
     const check = new Database(file, { readonly: true });
     assert.deepEqual((check.prepare('SELECT version FROM schema_migrations ORDER BY version').all() as { version: number }[]).map((row) => row.version), MIGRATIONS.map((migration) => migration.version));
     check.close();
@@ -754,14 +762,7 @@ if (POSTGRES_URL === undefined) {
           token.digest, grant.id, token.issuedAt, token.expiresAt,
         ]);
       }, urlOf(database));
-      const store = await openStore({ kind: 'postgres', url: urlOf(database), schema });
-      try {
-        assert.deepEqual(await store.findRefreshToken(grant.id, token.digest, now), { status: 'active', token, grant });
-        assert.equal(await store.rotateRefreshToken(token.digest, makeRefresh(grant, now), now), true);
-        assert.equal(await rows(store, 'refresh_tokens'), 2);
-      } finally {
-        await store.close();
-      }
+      await assertMigratedRefreshToken(await openStore({ kind: 'postgres', url: urlOf(database), schema }), { grant, token, now }, rows);
     });
 
     it('opens twice at once on a fresh database: both succeed, one migration run, the same keys', async () => {
