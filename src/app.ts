@@ -17,8 +17,9 @@ import { healthRoutes } from './oauth/health.js';
 import { metadataRoutes, wellKnownAtRoot } from './oauth/metadata.js';
 import { tokenRoutes } from './oauth/token.js';
 import { userinfoRoutes } from './oauth/userinfo.js';
+import type { SigningKeys } from './crypto/keys.js';
 import type { Store } from './store/types.js';
-import type { SigningKeys } from './tokens/keys.js';
+
 import { createLogger } from './log.js';
 
 declare module 'fastify' {
@@ -41,7 +42,8 @@ export interface BuildAppOptions {
 }
 
 export async function buildApp(options: BuildAppOptions): Promise<{ app: FastifyInstance; ctx: AppContext }> {
-  const ctx = makeContext(options.config, options.store, options.keys, { now: options.now, limits: options.limits });
+  const ctx = makeContext(options.config, options.keys, { now: options.now, limits: options.limits });
+  const store = options.store;
   const logger = options.logger ?? createLogger('silent');
   const app = Fastify({
     loggerInstance: logger,
@@ -109,14 +111,15 @@ export async function buildApp(options: BuildAppOptions): Promise<{ app: Fastify
         '/.well-known/oauth-authorization-server': 'any',
       });
       await scoped.register(metadataRoutes(ctx));
-      await scoped.register(healthRoutes(ctx));
-      await scoped.register(authorizeRoutes(ctx));
-      await scoped.register(loginRoutes(ctx));
-      await scoped.register(tokenRoutes(ctx));
-      await scoped.register(userinfoRoutes(ctx));
-      await scoped.register(deviceAuthorizationRoutes(ctx));
-      await scoped.register(devicePageRoutes(ctx));
-      await scoped.register(federationRoutes(ctx));
+      // Each plugin gets the narrow part of the store it uses (its parameter type says which).
+      await scoped.register(healthRoutes(store));
+      await scoped.register(authorizeRoutes(ctx, store));
+      await scoped.register(loginRoutes(ctx, store));
+      await scoped.register(tokenRoutes(ctx, store));
+      await scoped.register(userinfoRoutes(ctx, store));
+      await scoped.register(deviceAuthorizationRoutes(ctx, store));
+      await scoped.register(devicePageRoutes(ctx, store));
+      await scoped.register(federationRoutes(ctx, store));
     },
     { prefix: ctx.config.basePath },
   );

@@ -3,7 +3,7 @@ import { parseArgs } from 'node:util';
 import { ConfigInvalid, formatProblem, loadConfig } from './config/load.js';
 import { describeConfig, describeInvalid, renderReport, type CheckReport, type ProbeResult } from './config/report.js';
 import type { Config } from './config/types.js';
-import { hashPassword } from './login/password.js';
+import { hashPassword } from './crypto/password.js';
 
 const USAGE = `usage:
   pinpoint serve --config FILE            run the server (PINPOINT_CONFIG may replace --config)

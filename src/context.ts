@@ -1,8 +1,8 @@
-/** What every route needs, built once at start and passed down (no globals). */
-import type { Config, ClientRecord } from './config/types.js';
+/** What every route needs, built once at start and passed down (no globals). State is passed separately, narrowed per route. */
+import type { Config } from './config/types.js';
+import type { SigningKeys } from './crypto/keys.js';
+import type { CookieSettings } from './http/cookies.js';
 import { FixedWindowLimiter } from './http/rate-limit.js';
-import type { Store } from './store/types.js';
-import type { SigningKeys } from './tokens/keys.js';
 
 export interface AppLimits {
   /** Failed OAuth requests (4xx) per address and per client, before 429. */
@@ -27,30 +27,21 @@ export const DEFAULT_LIMITS: AppLimits = {
 
 export interface AppContext {
   readonly config: Config;
-  readonly store: Store;
   readonly keys: SigningKeys;
   readonly issuer: string;
   readonly now: () => number;
   readonly limits: AppLimits;
   readonly failures: FixedWindowLimiter;
-  /** Session cookies are Secure unless the issuer is plain http (loopback only). */
-  readonly secureCookies: boolean;
-  readonly cookiePath: string;
+  /** Secure unless the issuer is plain http (loopback only); Path is the issuer's path. */
+  readonly cookies: CookieSettings;
   /** Origins of the clients' redirect URIs, for CORS at /token, /userinfo, /device_authorization. */
   readonly clientOrigins: ReadonlySet<string>;
   readonly sessionLifetimeMs: number;
+  /** Where a sign-in starts: the sign-in page, or the only upstream when there are no local users. */
+  readonly signInPage: (loginId: string) => string;
 }
 
-export function clientById(ctx: AppContext, clientId: string | undefined): ClientRecord | undefined {
-  return clientId === undefined ? undefined : ctx.config.clients.get(clientId);
-}
-
-export function makeContext(
-  config: Config,
-  store: Store,
-  keys: SigningKeys,
-  options: { now?: () => number; limits?: Partial<AppLimits> } = {},
-): AppContext {
+export function makeContext(config: Config, keys: SigningKeys, options: { now?: () => number; limits?: Partial<AppLimits> } = {}): AppContext {
   const limits = { ...DEFAULT_LIMITS, ...options.limits };
   const clientOrigins = new Set<string>();
   for (const client of config.clients.values()) {
@@ -59,17 +50,22 @@ export function makeContext(
       if (origin !== 'null') clientOrigins.add(origin);
     }
   }
+  const [only, ...others] = [...config.federations.keys()];
+  // With no local users and exactly one upstream, a page offering one button is skipped.
+  const skipToUpstream = config.users.size === 0 && only !== undefined && others.length === 0;
   return {
     config,
-    store,
     keys,
     issuer: config.baseUrl,
     now: options.now ?? Date.now,
     limits,
     failures: new FixedWindowLimiter(limits.failuresPerWindow, limits.failureWindowMs),
-    secureCookies: config.baseUrl.startsWith('https:'),
-    cookiePath: config.basePath === '' ? '/' : config.basePath,
+    cookies: { path: config.basePath === '' ? '/' : config.basePath, secure: config.baseUrl.startsWith('https:') },
     clientOrigins,
     sessionLifetimeMs: 12 * 3600_000,
+    signInPage: (loginId) =>
+      skipToUpstream
+        ? `${config.basePath}/federation/start?login=${loginId}&upstream=${encodeURIComponent(only)}`
+        : `${config.basePath}/login?login=${loginId}`,
   };
 }

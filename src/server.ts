@@ -4,7 +4,7 @@ import { buildApp } from './app.js';
 import type { Config } from './config/types.js';
 import { createLogger } from './log.js';
 import { openStore } from './store/open.js';
-import { loadSigningKeys } from './tokens/keys.js';
+import { loadSigningKeys } from './crypto/keys.js';
 
 /** How often expired state is swept (DESIGN.md §6). */
 const SWEEP_INTERVAL_MS = 60_000;

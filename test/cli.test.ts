@@ -8,7 +8,7 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { after, describe, test } from 'node:test';
 
-import { hashPassword, isPasswordHash, verifyPassword } from '../src/login/password.js';
+import { hashPassword, isPasswordHash, verifyPassword } from '../src/crypto/password.js';
 import { requestableReason } from '../src/policy/requestable.js';
 
 const CLI = resolve('src/cli.ts');

@@ -8,7 +8,7 @@ import { join } from 'node:path';
 import type { AppLimits } from '../src/context.js';
 import { SqliteStore } from '../src/store/sqlite.js';
 import type { Store } from '../src/store/types.js';
-import { digestOf } from '../src/tokens/mint.js';
+import { digestOf } from '../src/crypto/digest.js';
 import {
   AUDIENCE,
   ISSUER,

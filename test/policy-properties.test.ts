@@ -4,7 +4,7 @@ import { describe, test } from 'node:test';
 
 import fc from 'fast-check';
 
-import { OAuthError } from '../src/errors.js';
+import { OAuthError } from '../src/policy/oauth-error.js';
 import {
   PROVIDER_SCOPES,
   decideAuthorizeResources,

@@ -2,7 +2,7 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 
-import { OAuthError } from '../src/errors.js';
+import { OAuthError } from '../src/policy/oauth-error.js';
 import {
   PROVIDER_SCOPES,
   audienceClaim,

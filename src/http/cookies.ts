@@ -1,5 +1,11 @@
 /** Minimal cookie reading and writing (RFC 6265) for the session and CSRF cookies. */
 
+/** Where the server's cookies live and whether they need TLS (decided once from the issuer). */
+export interface CookieSettings {
+  readonly path: string;
+  readonly secure: boolean;
+}
+
 export function readCookie(header: string | undefined, name: string): string | undefined {
   if (header === undefined) return undefined;
   for (const part of header.split(';')) {
@@ -10,9 +16,7 @@ export function readCookie(header: string | undefined, name: string): string | u
   return undefined;
 }
 
-export interface CookieOptions {
-  readonly path: string;
-  readonly secure: boolean;
+export interface CookieOptions extends CookieSettings {
   /** Seconds; 0 deletes the cookie; absent makes a browser-session cookie. */
   readonly maxAge?: number;
 }

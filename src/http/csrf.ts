@@ -1,17 +1,21 @@
 /** CSRF protection for the pages' forms: a random cookie echoed in a hidden field (double submit). */
 import { randomBytes, timingSafeEqual } from 'node:crypto';
 import type { FastifyReply, FastifyRequest } from 'fastify';
-import type { AppContext } from '../context.js';
-import { readCookie, serializeCookie } from '../http/cookies.js';
+import { digestOf } from '../crypto/digest.js';
+import { readCookie, serializeCookie, type CookieSettings } from './cookies.js';
 
 export const CSRF_COOKIE = 'pinpoint_csrf';
 
+const TOKEN_SHAPE = /^[A-Za-z0-9_-]{43}$/;
+
 /** The token for the form about to be shown; sets the cookie when the browser has none. */
-export function csrfToken(ctx: AppContext, request: FastifyRequest, reply: FastifyReply): string {
+export function csrfToken(cookies: CookieSettings, request: FastifyRequest, reply: FastifyReply): string {
   const existing = readCookie(request.headers.cookie, CSRF_COOKIE);
-  if (existing !== undefined && /^[A-Za-z0-9_-]{43}$/.test(existing)) return existing;
+  if (existing !== undefined && TOKEN_SHAPE.test(existing)) return existing;
   const token = randomBytes(32).toString('base64url');
-  reply.header('Set-Cookie', serializeCookie(CSRF_COOKIE, token, { path: ctx.cookiePath, secure: ctx.secureCookies }));
+  reply.header('Set-Cookie', serializeCookie(CSRF_COOKIE, token, cookies));
+  // Later calls in the same request (a second form, a login request) see the same token.
+  request.headers.cookie = `${request.headers.cookie === undefined ? '' : `${request.headers.cookie}; `}${CSRF_COOKIE}=${token}`;
   return token;
 }
 
@@ -21,4 +25,15 @@ export function csrfValid(request: FastifyRequest, submitted: string | undefined
   const a = Buffer.from(cookie);
   const b = Buffer.from(submitted);
   return a.length === b.length && timingSafeEqual(a, b);
+}
+
+/** SHA-256 of this browser's CSRF cookie, so state kept on the server can be bound to the browser (RFC 6749 §10.12). */
+export function browserBinding(cookies: CookieSettings, request: FastifyRequest, reply: FastifyReply): string {
+  return digestOf(csrfToken(cookies, request, reply));
+}
+
+/** True when the request comes from the browser `binding` was made for. */
+export function sameBrowser(request: FastifyRequest, binding: string): boolean {
+  const cookie = readCookie(request.headers.cookie, CSRF_COOKIE);
+  return cookie !== undefined && TOKEN_SHAPE.test(cookie) && digestOf(cookie) === binding;
 }

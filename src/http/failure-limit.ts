@@ -1,27 +1,23 @@
 /** Rate limits on failed requests per address and per client (DESIGN.md §4: 429 with Retry-After). */
-import type { FastifyRequest } from 'fastify';
-import type { AppContext } from '../context.js';
-import { OAuthError } from '../errors.js';
+import { OAuthError } from '../policy/oauth-error.js';
+import type { FixedWindowLimiter } from './rate-limit.js';
+
+const keysOf = (address: string, clientId: string | undefined): string[] =>
+  clientId === undefined ? [`ip:${address}`] : [`ip:${address}`, `client:${clientId}`];
 
 /** 429 when the address or the client has failed too often in the current window. */
-export function tooManyFailures(ctx: AppContext, request: FastifyRequest, clientId: string | undefined): OAuthError | undefined {
-  const now = ctx.now();
-  for (const key of [`ip:${request.ip}`, clientId === undefined ? undefined : `client:${clientId}`]) {
-    if (key === undefined) continue;
-    const verdict = ctx.failures.check(key, now);
+export function tooManyFailures(limiter: FixedWindowLimiter, address: string, clientId: string | undefined, now: number): OAuthError | undefined {
+  for (const key of keysOf(address, clientId)) {
+    const verdict = limiter.check(key, now);
     if (verdict.limited) {
-      return new OAuthError('invalid_request', 'too many failed requests; slow down', 429, {
-        'Retry-After': String(verdict.retryAfterSeconds),
-      });
+      return new OAuthError('invalid_request', 'too many failed requests; slow down', 429, { 'Retry-After': String(verdict.retryAfterSeconds) });
     }
   }
   return undefined;
 }
 
-export function countFailure(ctx: AppContext, request: FastifyRequest, clientId: string | undefined, status: number): void {
+/** Counts a refused request (4xx other than 429) against its address and claimed client. */
+export function countFailure(limiter: FixedWindowLimiter, address: string, clientId: string | undefined, status: number, now: number): void {
   if (status < 400 || status >= 500 || status === 429) return;
-  const now = ctx.now();
-  ctx.failures.hit(`ip:${request.ip}`, now);
-  if (clientId !== undefined) ctx.failures.hit(`client:${clientId}`, now);
+  for (const key of keysOf(address, clientId)) limiter.hit(key, now);
 }
-

@@ -1,5 +1,5 @@
 /** The one parameter parser: form bodies and query strings become name -> every value sent. */
-import { OAuthError } from '../errors.js';
+import { OAuthError } from '../policy/oauth-error.js';
 
 export type Params = ReadonlyMap<string, readonly string[]>;
 

@@ -1,7 +1,12 @@
 /** The one place errors become responses: JSON for the OAuth endpoints, an HTML page for pages. */
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
-import { OAuthError, StoreUnavailableError, storeUnavailable } from '../errors.js';
-import { errorPage } from '../login/pages.js';
+import { OAuthError } from '../policy/oauth-error.js';
+import { StoreUnavailableError } from '../store/unavailable.js';
+import { errorPage } from './pages.js';
+
+/** A store outage: DESIGN.md §7 says 503 temporarily_unavailable, and the server recovers by itself. */
+export const storeUnavailable = (): OAuthError =>
+  new OAuthError('temporarily_unavailable', 'the state store is unreachable; try again shortly', 503, { 'Retry-After': '5' });
 
 /** Turns anything thrown into an OAuthError; unknown failures become server_error (logged, not shown). */
 export function toOAuthError(error: unknown, request: FastifyRequest): OAuthError {

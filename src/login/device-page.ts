@@ -4,15 +4,18 @@
  */
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import type { AppContext } from '../context.js';
-import { OAuthError } from '../errors.js';
+import { csrfToken, csrfValid } from '../http/csrf.js';
+import { startLogin } from '../http/login-request.js';
+import { html, sendPage } from '../http/pages.js';
 import { EMPTY_PARAMS, parseParams, queryOf, repeatedParameter, single, type Params } from '../http/params.js';
 import { sendErrorPage } from '../http/render-error.js';
-import { formatUserCode, normaliseUserCode } from '../oauth/device-authorization.js';
-import type { DeviceAuthorizationRecord, SessionRecord } from '../store/types.js';
-import { beginSignIn } from './begin.js';
-import { csrfToken, csrfValid } from './csrf.js';
-import { html, sendPage } from './pages.js';
-import { currentSession } from './session.js';
+import { currentSession } from '../http/session.js';
+import { OAuthError } from '../policy/oauth-error.js';
+import { formatUserCode, normaliseUserCode } from '../policy/user-code.js';
+import type { AttemptStore, DeviceAuthorizationRecord, DeviceCodeStore, LoginRequestStore, SessionRecord, SessionStore } from '../store/types.js';
+
+/** The state the verification page reads and changes. */
+export type DevicePageStores = DeviceCodeStore & SessionStore & LoginRequestStore & AttemptStore;
 
 /** RFC 8628 §5.1: wrong user codes are limited per address, so the code space cannot be searched. */
 export const USER_CODE_WINDOW_MS = 15 * 60_000;
@@ -25,11 +28,11 @@ type Lookup =
 
 type Refused = Extract<Lookup, { found: false }>;
 
-export function devicePageRoutes(ctx: AppContext): FastifyPluginAsync {
+export function devicePageRoutes(ctx: AppContext, store: DevicePageStores): FastifyPluginAsync {
   const action = `${ctx.config.basePath}/device`;
 
   function entryPage(request: FastifyRequest, reply: FastifyReply, status: number, typed: string, message?: string): FastifyReply {
-    const csrf = csrfToken(ctx, request, reply);
+    const csrf = csrfToken(ctx.cookies, request, reply);
     return sendPage(
       reply,
       status,
@@ -47,7 +50,7 @@ ${message === undefined ? html`` : html`<p class="error" role="alert">${message}
   }
 
   function approvalPage(request: FastifyRequest, reply: FastifyReply, record: DeviceAuthorizationRecord, session: SessionRecord): FastifyReply {
-    const csrf = csrfToken(ctx, request, reply);
+    const csrf = csrfToken(ctx.cookies, request, reply);
     const scopes = record.scope.length === 0 ? html`<li>no particular scope</li>` : record.scope.map((scope) => html`<li><code>${scope}</code></li>`);
     // RFC 8628 §5.4: the code is shown again so a person sent a link by someone else can notice.
     return sendPage(
@@ -73,14 +76,14 @@ ${message === undefined ? html`` : html`<p class="error" role="alert">${message}
   async function lookUp(request: FastifyRequest, typed: string): Promise<Lookup> {
     const now = ctx.now();
     const key = attemptKey(request.ip);
-    if ((await ctx.store.peekAttempts(key, now)) >= ctx.limits.userCodeFailuresPerAddress) {
+    if ((await store.peekAttempts(key, now)) >= ctx.limits.userCodeFailuresPerAddress) {
       const retryAfterSeconds = Math.ceil(USER_CODE_WINDOW_MS / 1000);
       return { found: false, status: 429, message: 'Too many wrong codes. Try again later.', retryAfterSeconds };
     }
     const userCode = normaliseUserCode(typed);
-    const record = userCode === undefined ? undefined : await ctx.store.findByUserCode(userCode, now);
+    const record = userCode === undefined ? undefined : await store.findByUserCode(userCode, now);
     if (record === undefined) {
-      await ctx.store.countAttempt(key, now, USER_CODE_WINDOW_MS);
+      await store.countAttempt(key, now, USER_CODE_WINDOW_MS);
       return { found: false, status: 400, message: 'That code is not known or has expired. Check the code on your device.' };
     }
     request.clientId = record.clientId;
@@ -105,7 +108,7 @@ ${message === undefined ? html`` : html`<p class="error" role="alert">${message}
       return sendErrorPage(reply, new OAuthError('invalid_request', 'decision must be approve or deny'));
     }
     const approved = decision === 'approve';
-    const decided = await ctx.store.decideDeviceAuthorization(
+    const decided = await store.decideDeviceAuthorization(
       record.userCode,
       approved ? { approved: true, subject: session.subject, claims: session.claims, authTime: session.authTime } : { approved: false },
       ctx.now(),
@@ -126,7 +129,7 @@ ${message === undefined ? html`` : html`<p class="error" role="alert">${message}
   return async (app) => {
     app.get('/device', { config: { page: true } }, async (request, reply) => {
       const typed = single(parseParams(queryOf(request.url)), 'user_code');
-      const session = typed === undefined ? undefined : await currentSession(ctx, request);
+      const session = typed === undefined ? undefined : await currentSession(store, request, ctx.now());
       // Not signed in (or no code yet): the form, prefilled from verification_uri_complete; nothing looked up.
       if (typed === undefined || session === undefined) return entryPage(request, reply, 200, typed ?? '');
       // Signed in (e.g. back from sign-in): straight to approval; the lookup counts like a POST.
@@ -148,8 +151,8 @@ ${message === undefined ? html`` : html`<p class="error" role="alert">${message}
       const lookup = await lookUp(request, typed);
       if (!lookup.found) return refusal(request, reply, typed, lookup);
 
-      const session = await currentSession(ctx, request);
-      if (session === undefined) return beginSignIn(ctx, reply, { kind: 'device', userCode: lookup.record.userCode });
+      const session = await currentSession(store, request, ctx.now());
+      if (session === undefined) return startLogin({ store, cookies: ctx.cookies, now: ctx.now(), signInPage: ctx.signInPage }, request, reply, { kind: 'device', userCode: lookup.record.userCode });
       const decision = single(form, 'decision');
       if (decision === undefined) return approvalPage(request, reply, lookup.record, session);
       return decide(request, reply, lookup.record, session, decision);

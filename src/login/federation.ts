@@ -1,32 +1,21 @@
 /** GET /federation/start and /federation/callback: Pinpoint as an OpenID Connect relying party of an upstream. */
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import * as oidc from 'openid-client';
-import type { AppContext } from '../context.js';
 import type { FederationRecord } from '../config/types.js';
-import { OAuthError } from '../errors.js';
-import { readCookie } from '../http/cookies.js';
+import type { AppContext } from '../context.js';
+import { browserBinding, sameBrowser } from '../http/csrf.js';
+import { expiredSignIn, isLoginId } from '../http/login-request.js';
+import { pageHeaders } from '../http/pages.js';
 import { parseParams, queryOf, single } from '../http/params.js';
 import { sendErrorPage } from '../http/render-error.js';
-import { USER_CLAIMS_KIND } from '../oauth/userinfo.js';
-import type { SubjectClaims } from '../store/types.js';
-import { digestOf } from '../tokens/mint.js';
-import { CSRF_COOKIE, csrfToken } from './csrf.js';
-import { expiredSignIn, finishSignIn } from './finish.js';
-import { findLoginIntent } from './intent.js';
-import { pageHeaders } from './pages.js';
-import { startSession } from './session.js';
+import { startSession } from '../http/session.js';
+import { OAuthError } from '../policy/oauth-error.js';
+import type { FederationStateStore, LoginRequestStore, SessionStore, SubjectClaims, SubjectClaimsStore } from '../store/types.js';
+import { finishSignIn } from './finish.js';
 
-/** What /federation/start keeps for the callback, keyed by `state`. */
-interface PendingFederation {
-  readonly loginId: string;
-  readonly upstream: string;
-  readonly codeVerifier: string;
-  readonly nonce: string;
-  /** SHA-256 of the browser's CSRF cookie: the callback must come back to the browser that started (RFC 6749 §10.12). */
-  readonly browser: string;
-}
+/** The state upstream sign-in reads and changes. */
+export type FederationStores = FederationStateStore & LoginRequestStore & SessionStore & SubjectClaimsStore;
 
-const FEDERATION_KIND = 'federation';
 const PENDING_LIFETIME_MS = 10 * 60_000;
 /** Claims of upstream subjects outlive the session so /userinfo can answer for refreshed tokens. */
 const SUBJECT_CLAIMS_LIFETIME_MS = 30 * 24 * 3600_000;
@@ -78,7 +67,7 @@ function upstreamAnswer(error: Error): Record<string, string> {
   return {};
 }
 
-export function federationRoutes(ctx: AppContext): FastifyPluginAsync {
+export function federationRoutes(ctx: AppContext, store: FederationStores): FastifyPluginAsync {
   const callbackUrl = `${ctx.issuer}/federation/callback`;
   /** Discovery per upstream; a failed attempt is forgotten so the next sign-in tries again. */
   const discovered = new Map<string, Promise<oidc.Configuration>>();
@@ -139,8 +128,8 @@ export function federationRoutes(ctx: AppContext): FastifyPluginAsync {
     app.get('/federation/start', { config: { page: true } }, async (request, reply) => {
       const params = parseParams(queryOf(request.url));
       const loginId = single(params, 'login');
-      const intent = await findLoginIntent(ctx, loginId);
-      if (intent === undefined || loginId === undefined) return sendErrorPage(reply, expiredSignIn());
+      const pending = isLoginId(loginId) ? await store.findLoginRequest(loginId, ctx.now()) : undefined;
+      if (pending === undefined) return sendErrorPage(reply, expiredSignIn());
       const upstream = ctx.config.federations.get(single(params, 'upstream') ?? '');
       if (upstream === undefined) return sendErrorPage(reply, unknownUpstream());
 
@@ -153,14 +142,15 @@ export function federationRoutes(ctx: AppContext): FastifyPluginAsync {
       const state = oidc.randomState();
       const nonce = oidc.randomNonce();
       const codeVerifier = oidc.randomPKCECodeVerifier();
-      const pending: PendingFederation = {
-        loginId,
+      await store.saveFederationState({
+        state,
+        loginId: pending.id,
         upstream: upstream.name,
         codeVerifier,
         nonce,
-        browser: digestOf(csrfToken(ctx, request, reply)),
-      };
-      await ctx.store.putTransient(FEDERATION_KIND, state, pending, ctx.now() + PENDING_LIFETIME_MS);
+        browser: browserBinding(ctx.cookies, request, reply),
+        expiresAt: ctx.now() + PENDING_LIFETIME_MS,
+      });
       const target = oidc.buildAuthorizationUrl(configuration, {
         redirect_uri: callbackUrl,
         scope: upstream.scopes.join(' '),
@@ -180,10 +170,9 @@ export function federationRoutes(ctx: AppContext): FastifyPluginAsync {
       const pending =
         state === undefined || !STATE_PATTERN.test(state) || (params.get('state')?.length ?? 0) > 1
           ? undefined
-          : await ctx.store.takeTransient<PendingFederation>(FEDERATION_KIND, state, ctx.now());
+          : await store.takeFederationState(state, ctx.now());
       const upstream = pending === undefined ? undefined : ctx.config.federations.get(pending.upstream);
-      const browserCookie = readCookie(request.headers.cookie, CSRF_COOKIE);
-      if (pending === undefined || upstream === undefined || browserCookie === undefined || digestOf(browserCookie) !== pending.browser) {
+      if (pending === undefined || upstream === undefined || !sameBrowser(request, pending.browser)) {
         return sendErrorPage(reply, expiredUpstreamSignIn());
       }
 
@@ -223,9 +212,12 @@ export function federationRoutes(ctx: AppContext): FastifyPluginAsync {
         return sendErrorPage(reply, failedExchange(upstream));
       }
       const subject = `${upstream.name}:${subjectValue}`;
-      const session = await startSession(ctx, reply, subject, identity);
-      await ctx.store.putTransient(USER_CLAIMS_KIND, subject, identity, ctx.now() + SUBJECT_CLAIMS_LIFETIME_MS);
-      return finishSignIn(ctx, reply, pending.loginId, session);
+      const now = ctx.now();
+      const login = await store.findLoginRequest(pending.loginId, now);
+      if (login === undefined) return sendErrorPage(reply, expiredSignIn());
+      await startSession(store, reply, { cookies: ctx.cookies, lifetimeMs: ctx.sessionLifetimeMs, now }, subject, identity);
+      await store.saveSubjectClaims(subject, identity, now + SUBJECT_CLAIMS_LIFETIME_MS);
+      return finishSignIn(store, reply, ctx.config.basePath, login, now);
     });
   };
 }

@@ -1,23 +1,23 @@
-/** After any sign-in (local or upstream): continue what the sign-in was for. */
+/** After any sign-in (local or upstream): send the browser back to what the sign-in was for. Never calls protocol code. */
 import type { FastifyReply } from 'fastify';
-import type { AppContext } from '../context.js';
-import { OAuthError } from '../errors.js';
+import { expiredSignIn } from '../http/login-request.js';
+import { pageHeaders } from '../http/pages.js';
 import { sendErrorPage } from '../http/render-error.js';
-import { completeAuthorization } from '../oauth/complete-authorization.js';
-import type { SessionRecord } from '../store/types.js';
-import { takeLoginIntent } from './intent.js';
-import { pageHeaders } from './pages.js';
+import type { LoginRequestRecord, LoginRequestStore } from '../store/types.js';
 
-export const expiredSignIn = (): OAuthError =>
-  new OAuthError('invalid_request', 'this sign-in has expired or was already used; start again from the application');
-
-export async function finishSignIn(ctx: AppContext, reply: FastifyReply, intentId: string, session: SessionRecord): Promise<FastifyReply> {
-  const intent = await takeLoginIntent(ctx, intentId);
-  if (intent === undefined) return sendErrorPage(reply, expiredSignIn());
-  if (intent.kind === 'authorize') {
-    reply.request.clientId = intent.request.clientId;
-    reply.request.outcome = 'ok';
-    return pageHeaders(reply).redirect(await completeAuthorization(ctx, intent.request, session), 303);
+export async function finishSignIn(
+  store: LoginRequestStore,
+  reply: FastifyReply,
+  basePath: string,
+  pending: LoginRequestRecord,
+  now: number,
+): Promise<FastifyReply> {
+  reply.request.outcome = 'ok';
+  if (pending.purpose.kind === 'authorize') {
+    reply.request.clientId = pending.purpose.authorization.clientId;
+    // /authorize/resume takes the login request once and issues the code (the way oidc-provider resumes an interaction).
+    return pageHeaders(reply).redirect(`${basePath}/authorize/resume?login=${pending.id}`, 303);
   }
-  return pageHeaders(reply).redirect(`${ctx.config.basePath}/device?user_code=${encodeURIComponent(intent.userCode)}`, 303);
+  if ((await store.takeLoginRequest(pending.id, now)) === undefined) return sendErrorPage(reply, expiredSignIn());
+  return pageHeaders(reply).redirect(`${basePath}/device?user_code=${encodeURIComponent(pending.purpose.userCode)}`, 303);
 }

@@ -1,23 +1,13 @@
 /** Validation of an authorization request (RFC 6749 §4.1.1, RFC 7636, RFC 8707, DESIGN.md §4). No I/O. */
 import type { ClientRecord } from '../config/types.js';
-import { OAuthError } from '../errors.js';
+import { OAuthError } from '../policy/oauth-error.js';
 import { all, checkLimits, repeatedParameter, single, type Params } from '../http/params.js';
 import { decideAuthorizeResources } from '../policy/resource.js';
 import { decideRequestedScope, parseScope } from '../policy/scope.js';
+import type { PendingAuthorization } from '../store/types.js';
 
-export interface AuthorizationRequest {
-  readonly clientId: string;
-  readonly redirectUri: string;
-  readonly state?: string;
-  readonly nonce?: string;
-  readonly codeChallenge: string;
-  readonly scope: readonly string[];
-  /** Repeats counted once, first-appearance order (DESIGN.md §5). */
-  readonly resources: readonly string[];
-  readonly prompt?: 'none' | 'login';
-  /** Seconds (OIDC max_age). */
-  readonly maxAge?: number;
-}
+/** A validated request is what the store keeps while the person signs in. */
+export type AuthorizationRequest = PendingAuthorization;
 
 export type AuthorizationValidation =
   | { readonly ok: true; readonly request: AuthorizationRequest }

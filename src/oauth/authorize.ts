@@ -1,25 +1,47 @@
-/** GET/POST /authorize (RFC 6749 §4.1, OIDC Core §3.1.2): validate everything, then sign-in or a code. */
+/**
+ * GET/POST /authorize (RFC 6749 §4.1, OIDC Core §3.1.2): validate everything, then a code or a sign-in; and
+ * GET /authorize/resume, where sign-in sends the browser back to continue the login request kept on the server.
+ */
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import type { AppContext } from '../context.js';
-import { OAuthError } from '../errors.js';
-import { EMPTY_PARAMS, parseParams, queryOf, type Params } from '../http/params.js';
+import { sameBrowser } from '../http/csrf.js';
+import { countFailure, tooManyFailures } from '../http/failure-limit.js';
+import { expiredSignIn, isLoginId, startLogin } from '../http/login-request.js';
+import { pageHeaders } from '../http/pages.js';
+import { EMPTY_PARAMS, parseParams, queryOf, single, type Params } from '../http/params.js';
 import { sendErrorPage } from '../http/render-error.js';
-import { beginSignIn } from '../login/begin.js';
-import { pageHeaders } from '../login/pages.js';
-import { currentSession } from '../login/session.js';
+import { currentSession } from '../http/session.js';
+import { OAuthError } from '../policy/oauth-error.js';
+import type { AuthorizationCodeStore, LoginRequestStore, PendingAuthorization, SessionRecord, SessionStore } from '../store/types.js';
 import { errorRedirect, validateAuthorizationRequest } from './authorization-request.js';
 import { completeAuthorization } from './complete-authorization.js';
-import { countFailure, tooManyFailures } from '../http/failure-limit.js';
 
-export function authorizeRoutes(ctx: AppContext): FastifyPluginAsync {
+/** The state /authorize reads and changes. */
+export type AuthorizeStores = SessionStore & LoginRequestStore & AuthorizationCodeStore;
+
+/** OIDC Core §3.1.2.1: whether `session` satisfies the request's prompt=login and max_age, for a request made at `askedAt`. */
+function sessionSatisfies(authorization: PendingAuthorization, session: SessionRecord, now: number, askedAt?: number): boolean {
+  if (authorization.prompt === 'login' && (askedAt === undefined || session.authTime < askedAt)) return false;
+  return authorization.maxAge === undefined || now - session.authTime <= authorization.maxAge * 1000;
+}
+
+export function authorizeRoutes(ctx: AppContext, store: AuthorizeStores): FastifyPluginAsync {
+  const loginStart = (): Parameters<typeof startLogin>[0] => ({ store, cookies: ctx.cookies, now: ctx.now(), signInPage: ctx.signInPage });
+
+  async function finish(request: FastifyRequest, reply: FastifyReply, authorization: PendingAuthorization, session: SessionRecord): Promise<FastifyReply> {
+    request.clientId = authorization.clientId;
+    request.outcome = 'ok';
+    return pageHeaders(reply).redirect(await completeAuthorization(store, ctx.issuer, authorization, session, ctx.now()), 303);
+  }
+
   async function handle(request: FastifyRequest, reply: FastifyReply, params: Params): Promise<FastifyReply> {
     const claimedClient = params.get('client_id')?.[0];
-    const limited = tooManyFailures(ctx, request, claimedClient);
+    const limited = tooManyFailures(ctx.failures, request.ip, claimedClient, ctx.now());
     if (limited !== undefined) return sendErrorPage(reply, limited);
     const validation = validateAuthorizationRequest(params, ctx.config.clients, ctx.issuer);
     if (!validation.ok) {
       const error = 'page' in validation ? validation.page : validation.redirect.error;
-      countFailure(ctx, request, claimedClient, error.status);
+      countFailure(ctx.failures, request.ip, claimedClient, error.status, ctx.now());
       if ('page' in validation) return sendErrorPage(reply, validation.page);
       const { redirectUri, state } = validation.redirect;
       request.outcome = error.code;
@@ -28,27 +50,45 @@ export function authorizeRoutes(ctx: AppContext): FastifyPluginAsync {
     const authorization = validation.request;
     request.clientId = authorization.clientId;
 
-    const session = await currentSession(ctx, request);
-    const tooOld =
-      session !== undefined && authorization.maxAge !== undefined && ctx.now() - session.authTime > authorization.maxAge * 1000;
-    if (session === undefined || authorization.prompt === 'login' || tooOld) {
+    const session = await currentSession(store, request, ctx.now());
+    if (session === undefined || !sessionSatisfies(authorization, session, ctx.now())) {
       if (authorization.prompt === 'none') {
         request.outcome = 'login_required';
         const error = new OAuthError('login_required', 'the person is not signed in');
         return pageHeaders(reply).redirect(errorRedirect(ctx.issuer, authorization.redirectUri, error, authorization.state), 303);
       }
-      return beginSignIn(ctx, reply, { kind: 'authorize', request: authorization });
+      return startLogin(loginStart(), request, reply, { kind: 'authorize', authorization });
     }
-    request.outcome = 'ok';
-    return pageHeaders(reply).redirect(await completeAuthorization(ctx, authorization, session), 303);
+    return finish(request, reply, authorization, session);
+  }
+
+  /** Continues a login request once the person has signed in, in the browser that started it. */
+  async function resume(request: FastifyRequest, reply: FastifyReply): Promise<FastifyReply> {
+    const loginId = single(parseParams(queryOf(request.url)), 'login');
+    const now = ctx.now();
+    const pending = isLoginId(loginId) ? await store.findLoginRequest(loginId, now) : undefined;
+    if (pending === undefined || pending.purpose.kind !== 'authorize' || !sameBrowser(request, pending.browser)) {
+      return sendErrorPage(reply, expiredSignIn());
+    }
+    const authorization = pending.purpose.authorization;
+    const session = await currentSession(store, request, now);
+    // Not (or no longer) signed in as the request asks: back to sign-in, same login request.
+    if (session === undefined || !sessionSatisfies(authorization, session, now, pending.createdAt)) {
+      return pageHeaders(reply).redirect(ctx.signInPage(pending.id), 303);
+    }
+    // The client or its redirect URI may have left the config since the request was validated (DESIGN.md §3).
+    const client = ctx.config.clients.get(authorization.clientId);
+    if (client === undefined || !client.redirectUris.includes(authorization.redirectUri)) return sendErrorPage(reply, expiredSignIn());
+    // Taken once: a finished sign-in cannot be replayed into a second code.
+    if ((await store.takeLoginRequest(pending.id, now)) === undefined) return sendErrorPage(reply, expiredSignIn());
+    return finish(request, reply, authorization, session);
   }
 
   return async (app) => {
-    app.get('/authorize', { config: { page: true } }, async (request, reply) =>
-      handle(request, reply, parseParams(queryOf(request.url))),
-    );
+    app.get('/authorize', { config: { page: true } }, async (request, reply) => handle(request, reply, parseParams(queryOf(request.url))));
     app.post('/authorize', { config: { page: true } }, async (request, reply) =>
       handle(request, reply, (request.body as Params | undefined) ?? EMPTY_PARAMS),
     );
+    app.get('/authorize/resume', { config: { page: true } }, resume);
   };
 }

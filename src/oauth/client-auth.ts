@@ -1,9 +1,9 @@
 /** Client authentication at /token (RFC 6749 §2.3): HTTP Basic for confidential clients, client_id for public ones. */
 import { timingSafeEqual } from 'node:crypto';
 import type { ClientRecord } from '../config/types.js';
-import { invalidClient } from '../errors.js';
+import { invalidClient } from '../policy/oauth-error.js';
 import { single, type Params } from '../http/params.js';
-import { sha256 } from '../tokens/sha256.js';
+import { sha256 } from '../crypto/digest.js';
 
 /** What a request presents, decoded once per request. */
 export interface PresentedCredentials {

@@ -1,15 +1,19 @@
 /** The end of a successful /authorize: a grant with its single-use code, and the redirect that carries it. */
 import { randomUUID } from 'node:crypto';
-import type { AppContext } from '../context.js';
-import type { Grant, SessionRecord } from '../store/types.js';
-import { newSecret } from '../tokens/mint.js';
-import { redirectWith, type AuthorizationRequest } from './authorization-request.js';
+import { newSecret } from '../crypto/random.js';
+import type { AuthorizationCodeStore, Grant, PendingAuthorization, SessionRecord } from '../store/types.js';
+import { redirectWith } from './authorization-request.js';
 
 /** DESIGN.md §6: codes are single-use and live 60 s. */
 export const CODE_LIFETIME_MS = 60_000;
 
-export async function completeAuthorization(ctx: AppContext, request: AuthorizationRequest, session: SessionRecord): Promise<string> {
-  const now = ctx.now();
+export async function completeAuthorization(
+  codes: AuthorizationCodeStore,
+  issuer: string,
+  request: PendingAuthorization,
+  session: SessionRecord,
+  now: number,
+): Promise<string> {
   const grant: Grant = {
     id: randomUUID(),
     clientId: request.clientId,
@@ -22,7 +26,7 @@ export async function completeAuthorization(ctx: AppContext, request: Authorizat
     expiresAt: now + CODE_LIFETIME_MS,
   };
   const code = newSecret();
-  await ctx.store.createGrantWithCode(grant, {
+  await codes.createGrantWithCode(grant, {
     digest: code.digest,
     grantId: grant.id,
     clientId: request.clientId,
@@ -31,5 +35,5 @@ export async function completeAuthorization(ctx: AppContext, request: Authorizat
     nonce: request.nonce,
     expiresAt: now + CODE_LIFETIME_MS,
   });
-  return redirectWith(request.redirectUri, { code: code.value, state: request.state, iss: ctx.issuer });
+  return redirectWith(request.redirectUri, { code: code.value, state: request.state, iss: issuer });
 }

@@ -1,7 +1,7 @@
 /** The common front of the form-posting OAuth endpoints (/token, /device_authorization). */
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { AppContext } from '../context.js';
-import { OAuthError } from '../errors.js';
+import { OAuthError } from '../policy/oauth-error.js';
 import { countFailure, tooManyFailures } from '../http/failure-limit.js';
 import { checkLimits, EMPTY_PARAMS, repeatedParameter, type Params } from '../http/params.js';
 import { sendJsonError, toOAuthError } from '../http/render-error.js';
@@ -19,7 +19,7 @@ export async function handleFormEndpoint(
   const clientId = presented.claimedClientId;
   request.clientId = clientId;
   try {
-    const limited = tooManyFailures(ctx, request, clientId);
+    const limited = tooManyFailures(ctx.failures, request.ip, clientId, ctx.now());
     if (limited !== undefined) throw limited;
     if (request.headers['content-type'] === undefined && request.body === undefined) {
       throw new OAuthError('invalid_request', 'the body must be application/x-www-form-urlencoded', 415);
@@ -36,7 +36,7 @@ export async function handleFormEndpoint(
     const oauthError = toOAuthError(error, request);
     // RFC 8628 §3.5: authorization_pending and slow_down are how polling waits, not failed requests.
     if (oauthError.code !== 'authorization_pending' && oauthError.code !== 'slow_down') {
-      countFailure(ctx, request, clientId, oauthError.status);
+      countFailure(ctx.failures, request.ip, clientId, oauthError.status, ctx.now());
     }
     return sendJsonError(reply, oauthError);
   }

@@ -1,13 +1,13 @@
 /** Liveness and readiness (readiness asks the store). */
 import type { FastifyPluginAsync } from 'fastify';
-import type { AppContext } from '../context.js';
+import type { Store } from '../store/types.js';
 
-export function healthRoutes(ctx: AppContext): FastifyPluginAsync {
+export function healthRoutes(store: Pick<Store, 'ping'>): FastifyPluginAsync {
   return async (app) => {
     app.get('/healthz', async (_request, reply) => reply.header('Cache-Control', 'no-store').send({ status: 'ok' }));
     app.get('/readyz', async (request, reply) => {
       try {
-        await ctx.store.ping();
+        await store.ping();
         return reply.header('Cache-Control', 'no-store').send({ status: 'ready' });
       } catch {
         request.outcome = 'store_unavailable';

@@ -3,7 +3,8 @@ import type { ClientRecord } from '../config/types.js';
 import type { AppContext } from '../context.js';
 import type { Audience } from '../policy/resource.js';
 import type { SubjectClaims } from '../store/types.js';
-import { mintAccessToken, mintIdToken } from '../tokens/mint.js';
+import { signJwt } from '../crypto/jwt.js';
+import { accessTokenClaims, idTokenClaims } from './token-claims.js';
 
 export interface TokenResponse {
   readonly access_token: string;
@@ -28,9 +29,10 @@ export interface IssueInput {
 
 export async function issueTokens(ctx: AppContext, input: IssueInput, now: number): Promise<TokenResponse> {
   const lifetimeSeconds = Math.floor(ctx.config.accessTokenLifetimeMs / 1000);
-  const accessToken = await mintAccessToken(
-    ctx.keys,
-    {
+  const accessToken = await signJwt(
+    ctx.keys.accessToken,
+    'at+jwt',
+    accessTokenClaims({
       issuer: ctx.issuer,
       subject: input.subject,
       clientId: input.client.clientId,
@@ -38,8 +40,7 @@ export async function issueTokens(ctx: AppContext, input: IssueInput, now: numbe
       scope: input.scope,
       lifetimeSeconds,
       authTime: input.authTime,
-    },
-    now,
+    }, now),
   );
   const response: { -readonly [K in keyof TokenResponse]: TokenResponse[K] } = {
     access_token: accessToken,
@@ -49,9 +50,10 @@ export async function issueTokens(ctx: AppContext, input: IssueInput, now: numbe
   };
   if (input.refreshToken !== undefined) response.refresh_token = input.refreshToken;
   if (input.idToken !== undefined && input.scope.includes('openid')) {
-    response.id_token = await mintIdToken(
-      ctx.keys,
-      {
+    response.id_token = await signJwt(
+      ctx.keys.idToken,
+      'JWT',
+      idTokenClaims({
         issuer: ctx.issuer,
         subject: input.subject,
         clientId: input.client.clientId,
@@ -61,8 +63,7 @@ export async function issueTokens(ctx: AppContext, input: IssueInput, now: numbe
         nonce: input.idToken.nonce,
         accessToken,
         lifetimeSeconds,
-      },
-      now,
+      }, now),
     );
   }
   return response;

@@ -1,8 +1,9 @@
 /** POST /token (RFC 6749 §3.2): parse, authenticate the client, hand over to the grant's handler. */
 import type { FastifyPluginAsync } from 'fastify';
 import type { AppContext } from '../context.js';
-import { OAuthError } from '../errors.js';
 import { single } from '../http/params.js';
+import { OAuthError } from '../policy/oauth-error.js';
+import type { AuthorizationCodeStore, DeviceCodeStore, GrantStore, RefreshTokenStore } from '../store/types.js';
 import { authenticateClient } from './client-auth.js';
 import { handleFormEndpoint } from './form-endpoint.js';
 import { authorizationCodeGrant } from './grants/authorization-code.js';
@@ -11,16 +12,23 @@ import { deviceCodeGrant } from './grants/device-code.js';
 import { runGrant, type GrantHandler } from './grants/grant.js';
 import { refreshTokenGrant } from './grants/refresh-token.js';
 
-export const DEVICE_CODE_GRANT = deviceCodeGrant.grantType;
+/** The state /token reads and changes. */
+export type TokenStores = GrantStore & AuthorizationCodeStore & RefreshTokenStore & DeviceCodeStore;
 
 export type GrantTable = ReadonlyMap<string, GrantHandler<unknown>>;
 
-export function grantTable(extra: readonly GrantHandler<unknown>[] = []): GrantTable {
-  const handlers = [authorizationCodeGrant, refreshTokenGrant, clientCredentialsGrant, deviceCodeGrant, ...extra] as GrantHandler<unknown>[];
+export function grantTable(ctx: AppContext, store: TokenStores): GrantTable {
+  const handlers = [
+    authorizationCodeGrant(ctx, store),
+    refreshTokenGrant(ctx, store),
+    clientCredentialsGrant(ctx),
+    deviceCodeGrant(ctx, store),
+  ] as GrantHandler<unknown>[];
   return new Map(handlers.map((handler) => [handler.grantType, handler]));
 }
 
-export function tokenRoutes(ctx: AppContext, grants: GrantTable = grantTable()): FastifyPluginAsync {
+export function tokenRoutes(ctx: AppContext, store: TokenStores): FastifyPluginAsync {
+  const grants = grantTable(ctx, store);
   return async (app) => {
     app.post('/token', { config: { cors: 'clients' } }, async (request, reply) =>
       handleFormEndpoint(ctx, request, reply, async (params, presented) => {
@@ -29,7 +37,7 @@ export function tokenRoutes(ctx: AppContext, grants: GrantTable = grantTable()):
         const handler = grants.get(grantType);
         if (handler === undefined) throw new OAuthError('unsupported_grant_type', `grant_type "${grantType}" is not supported`);
         const client = authenticateClient(presented, ctx.config.clients);
-        const body = await runGrant(handler, ctx, { client, params, now: ctx.now(), log: request.log });
+        const body = await runGrant(handler, store, { client, params, now: ctx.now(), log: request.log });
         return { body };
       }),
     );

@@ -1,10 +1,11 @@
 /** GET/POST /userinfo (OIDC Core §5.3) for tokens addressed to the provider (DESIGN.md §4). */
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
-import { jwtVerify } from 'jose';
+import type { JWTPayload } from 'jose';
 import type { AppContext } from '../context.js';
 import { isAddressedToProvider, type Audience } from '../policy/resource.js';
-import type { SubjectClaims } from '../store/types.js';
-import { releasedClaims } from '../tokens/mint.js';
+import { verifyAccessToken } from '../crypto/jwt.js';
+import type { SubjectClaims, SubjectClaimsStore } from '../store/types.js';
+import { releasedClaims } from './token-claims.js';
 
 /** RFC 6750 §3: the challenge says why. */
 function refuse(request: FastifyRequest, reply: FastifyReply, error: 'invalid_token' | 'invalid_request', description: string): FastifyReply {
@@ -16,13 +17,11 @@ function refuse(request: FastifyRequest, reply: FastifyReply, error: 'invalid_to
     .send({ error, error_description: description });
 }
 
-export const USER_CLAIMS_KIND = 'subject-claims';
-
-export function userinfoRoutes(ctx: AppContext): FastifyPluginAsync {
+export function userinfoRoutes(ctx: AppContext, store: SubjectClaimsStore): FastifyPluginAsync {
   async function claimsOf(subject: string): Promise<SubjectClaims> {
     const user = ctx.config.users.get(subject);
     if (user !== undefined) return { email: user.email, name: user.name };
-    return (await ctx.store.getTransient<SubjectClaims>(USER_CLAIMS_KIND, subject, ctx.now())) ?? {};
+    return (await store.findSubjectClaims(subject, ctx.now())) ?? {};
   }
 
   async function handle(request: FastifyRequest, reply: FastifyReply): Promise<FastifyReply> {
@@ -32,14 +31,9 @@ export function userinfoRoutes(ctx: AppContext): FastifyPluginAsync {
       request.outcome = 'no_token';
       return reply.code(401).header('WWW-Authenticate', 'Bearer realm="pinpoint"').header('Cache-Control', 'no-store').send();
     }
-    let payload;
+    let payload: JWTPayload;
     try {
-      ({ payload } = await jwtVerify(match[1] as string, ctx.keys.accessToken.publicKey, {
-        issuer: ctx.issuer,
-        typ: 'at+jwt',
-        algorithms: ['ES256'],
-        currentDate: new Date(ctx.now()),
-      }));
+      payload = await verifyAccessToken(ctx.keys, match[1] as string, ctx.issuer, ctx.now());
     } catch {
       return refuse(request, reply, 'invalid_token', 'the access token is invalid or expired');
     }

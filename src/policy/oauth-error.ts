@@ -22,15 +22,3 @@ export const invalidClient = (description = 'client authentication failed'): OAu
   new OAuthError('invalid_client', description, 401, { 'WWW-Authenticate': 'Basic realm="pinpoint"' });
 
 export const invalidGrant = (description: string): OAuthError => new OAuthError('invalid_grant', description);
-
-/** A store outage: DESIGN.md §7 says 503 temporarily_unavailable, and the server recovers by itself. */
-export const storeUnavailable = (): OAuthError =>
-  new OAuthError('temporarily_unavailable', 'the state store is unreachable; try again shortly', 503, { 'Retry-After': '5' });
-
-/** Raised when the store cannot be reached, so routes can answer 503 instead of 500. */
-export class StoreUnavailableError extends Error {
-  constructor(cause: unknown) {
-    super('state store unavailable', { cause });
-    this.name = 'StoreUnavailableError';
-  }
-}

@@ -3,7 +3,7 @@
  * Every function takes what it needs as values and returns a decision; a refused decision is an
  * OAuthError value, so callers have nothing to undo.
  */
-import { OAuthError } from '../errors.js';
+import { OAuthError } from './oauth-error.js';
 import { requestableReason } from './requestable.js';
 
 /** Scopes whose tokens are for the provider alone (DESIGN.md §5 "provider scopes"). */

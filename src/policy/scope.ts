@@ -1,5 +1,5 @@
 /** Scope decisions (RFC 6749 §3.3), pure like the resource policy. */
-import { OAuthError } from '../errors.js';
+import { OAuthError } from './oauth-error.js';
 import type { Decision } from './resource.js';
 
 const SCOPE_TOKEN = /^[\x21\x23-\x5B\x5D-\x7E]+$/;

@@ -47,7 +47,6 @@ export interface Grant {
 }
 
 export interface GrantStore {
-  getGrant(grantId: string): Promise<Grant | undefined>;
   /** Deletes the grant with its codes and refresh tokens (RFC 9700 §4.14.2 reuse, code replay). */
   revokeGrant(grantId: string): Promise<void>;
 }
@@ -64,16 +63,16 @@ export interface AuthorizationCodeRecord {
 
 export type CodeLookup =
   | { readonly status: 'active'; readonly code: AuthorizationCodeRecord; readonly grant: Grant }
-  /** Already exchanged: the caller revokes `grantId` (RFC 6749 §4.1.2). */
-  | { readonly status: 'used'; readonly grantId: string }
+  /** Already exchanged: once the request is otherwise valid for `code`'s client, the caller revokes its grant (RFC 6749 §4.1.2). */
+  | { readonly status: 'used'; readonly code: AuthorizationCodeRecord }
   | { readonly status: 'unknown' };
 
 export interface AuthorizationCodeStore {
   /** Stores the grant and its code together (one transaction). */
   createGrantWithCode(grant: Grant, code: AuthorizationCodeRecord): Promise<void>;
   /**
-   * Read only: finds a code that is neither expired (at `now`) nor deleted: `used` once consumed,
-   * `active` while unused and its grant exists, `unknown` otherwise (expired codes included).
+   * Read only: `active` while unused, unexpired at `now` and its grant exists; `used` once consumed, also after
+   * it expired, for as long as its grant lives (DESIGN.md §6: replay revokes also after 60 s); `unknown` otherwise.
    */
   findCode(digest: string, now: number): Promise<CodeLookup>;
   /**
@@ -99,11 +98,6 @@ export type RefreshLookup =
 export interface RefreshTokenStore {
   /** Read only: the token `digest` of grant `grantId`. Expired tokens (at `now`) and tokens of revoked grants are `unknown`. */
   findRefreshToken(grantId: string, digest: string, now: number): Promise<RefreshLookup>;
-  /**
-   * Adds a refresh token to a grant (after code exchange). When the grant's expiry is before token.expiresAt,
-   * it becomes token.expiresAt + GRANT_EXPIRY_SLACK_MS.
-   */
-  addRefreshToken(token: RefreshTokenRecord): Promise<void>;
   /**
    * One transaction: marks the token `oldDigest` of grant next.grantId rotated if it is still active and adds
    * `next`, extending the grant's expiry as addRefreshToken does. False (and nothing written) when the old token
@@ -167,12 +161,67 @@ export interface SessionStore {
   deleteSession(digest: string): Promise<void>;
 }
 
-/** Short-lived records keyed by kind and id: pending /authorize requests, upstream sign-in state. */
-export interface TransientStore {
-  putTransient(kind: string, id: string, value: unknown, expiresAt: number): Promise<void>;
-  getTransient<T>(kind: string, id: string, now: number): Promise<T | undefined>;
-  /** Reads and deletes atomically, so one id is taken once. */
-  takeTransient<T>(kind: string, id: string, now: number): Promise<T | undefined>;
+/** A validated /authorize request kept on the server while the person signs in (DESIGN.md §4). */
+export interface PendingAuthorization {
+  readonly clientId: string;
+  readonly redirectUri: string;
+  readonly state?: string;
+  readonly nonce?: string;
+  readonly codeChallenge: string;
+  readonly scope: readonly string[];
+  /** Repeats counted once, first-appearance order (DESIGN.md §5). */
+  readonly resources: readonly string[];
+  readonly prompt?: 'none' | 'login';
+  /** Seconds (OIDC max_age). */
+  readonly maxAge?: number;
+}
+
+/** What a sign-in is for: an authorization to resume at /authorize/resume, or a device approval. */
+export type LoginPurpose =
+  | { readonly kind: 'authorize'; readonly authorization: PendingAuthorization }
+  | { readonly kind: 'device'; readonly userCode: string };
+
+export interface LoginRequestRecord {
+  /** Random, in the sign-in page's URL. */
+  readonly id: string;
+  readonly purpose: LoginPurpose;
+  /** SHA-256 (hex) of the browser's CSRF cookie: only the browser that started may resume. */
+  readonly browser: string;
+  readonly createdAt: number;
+  readonly expiresAt: number;
+}
+
+export interface LoginRequestStore {
+  saveLoginRequest(record: LoginRequestRecord): Promise<void>;
+  /** Unexpired at `now`, or undefined. */
+  findLoginRequest(id: string, now: number): Promise<LoginRequestRecord | undefined>;
+  /** Reads and deletes atomically, so a finished sign-in is resumed once. */
+  takeLoginRequest(id: string, now: number): Promise<LoginRequestRecord | undefined>;
+}
+
+/** An upstream sign-in in flight (Pinpoint as relying party), keyed by the `state` sent upstream. */
+export interface FederationStateRecord {
+  readonly state: string;
+  readonly loginId: string;
+  readonly upstream: string;
+  readonly codeVerifier: string;
+  readonly nonce: string;
+  /** SHA-256 of the browser's CSRF cookie (RFC 6749 §10.12). */
+  readonly browser: string;
+  readonly expiresAt: number;
+}
+
+export interface FederationStateStore {
+  saveFederationState(record: FederationStateRecord): Promise<void>;
+  /** Reads and deletes atomically; undefined when unknown or expired at `now`. */
+  takeFederationState(state: string, now: number): Promise<FederationStateRecord | undefined>;
+}
+
+/** Claims of upstream (federated) subjects, kept so /userinfo can answer for refreshed tokens. */
+export interface SubjectClaimsStore {
+  /** Inserts or replaces the subject's claims. */
+  saveSubjectClaims(subject: string, claims: SubjectClaims, expiresAt: number): Promise<void>;
+  findSubjectClaims(subject: string, now: number): Promise<SubjectClaims | undefined>;
 }
 
 export interface AttemptStore {
@@ -193,7 +242,9 @@ export interface Store
     RefreshTokenStore,
     DeviceCodeStore,
     SessionStore,
-    TransientStore,
+    LoginRequestStore,
+    FederationStateStore,
+    SubjectClaimsStore,
     AttemptStore {
   /** What `pinpoint check` and the startup log show; never a password. */
   readonly description: string;

@@ -13,7 +13,7 @@ import { createInterface } from 'node:readline';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
-import { hashPassword } from '../../src/login/password.js';
+import { hashPassword } from '../../src/crypto/password.js';
 import { PASSWORD, REDIRECT, SECRET, basic, form, hiddenInput, pkce } from './app.js';
 
 export { PASSWORD, REDIRECT, SECRET };

@@ -1,11 +1,14 @@
 /**
- * A grant handler in two halves (after ory/fosite): validate() reads and decides, touching nothing;
- * respond() is the one place state changes. A refused request therefore writes nothing.
+ * A grant handler in two halves (after ory/fosite): validate() reads the state the request names and lets the
+ * policy decide, touching nothing; respond() is the one place state changes. A refused request therefore writes
+ * nothing, except the one deliberate case of DESIGN.md §1, done here in one place: a replayed code or refresh
+ * token of the authenticated client revokes its grant.
  */
 import type { FastifyBaseLogger } from 'fastify';
 import type { ClientRecord } from '../../config/types.js';
-import type { AppContext } from '../../context.js';
 import type { Params } from '../../http/params.js';
+import type { TokenDecision } from '../../policy/token-requests.js';
+import type { GrantStore } from '../../store/types.js';
 import type { TokenResponse } from '../token-response.js';
 
 export interface TokenRequest {
@@ -17,14 +20,24 @@ export interface TokenRequest {
 
 export interface GrantHandler<Validated> {
   readonly grantType: string;
-  validate(ctx: AppContext, request: TokenRequest): Promise<Validated>;
-  respond(ctx: AppContext, request: TokenRequest, validated: Validated): Promise<TokenResponse>;
+  validate(request: TokenRequest): Promise<TokenDecision<Validated>>;
+  respond(request: TokenRequest, validated: Validated): Promise<TokenResponse>;
 }
 
-/** Erases the validated type so handlers can sit in one table. */
-export async function runGrant<V>(handler: GrantHandler<V>, ctx: AppContext, request: TokenRequest): Promise<TokenResponse> {
-  const validated = await handler.validate(ctx, request);
-  return handler.respond(ctx, request, validated);
+/** Runs a handler's two halves; a refusal that names a grant to revoke revokes it before the error is answered. */
+export async function runGrant<V>(handler: GrantHandler<V>, grants: GrantStore, request: TokenRequest): Promise<TokenResponse> {
+  const decision = await handler.validate(request);
+  if (!decision.ok) {
+    if (decision.revokeGrant !== undefined) await revokeReplayed(grants, request, decision.revokeGrant, handler.grantType);
+    throw decision.error;
+  }
+  return handler.respond(request, decision.value);
+}
+
+/** RFC 6749 §4.1.2, RFC 9700 §4.14.2: a replayed code or refresh token means it leaked or the client raced itself. */
+export async function revokeReplayed(grants: GrantStore, request: TokenRequest, grantId: string, grantType: string): Promise<void> {
+  await grants.revokeGrant(grantId);
+  request.log.warn({ client_id: request.client.clientId, grant_id: grantId, grant_type: grantType }, 'replayed grant credential: grant revoked');
 }
 
 export function unwrap<T>(decision: { ok: true; value: T } | { ok: false; error: Error }): T {

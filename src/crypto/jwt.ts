@@ -1,0 +1,44 @@
+/** Every JWT Pinpoint signs or verifies goes through jose (DESIGN.md §1: no hand-written JWS). */
+import { CompactSign, jwtVerify, type JWTPayload, type CompactJWSHeaderParameters } from 'jose';
+import type { SigningKey, SigningKeys } from './keys.js';
+
+/** RFC 9068 §2.1 names access tokens `at+jwt`; ID tokens keep the plain `JWT`. */
+export type TokenType = 'at+jwt' | 'JWT';
+
+const encoder = new TextEncoder();
+
+/** The protected header of each (key, type), built once rather than per token. */
+const headers = new WeakMap<SigningKey, Map<TokenType, CompactJWSHeaderParameters>>();
+
+function headerOf(key: SigningKey, typ: TokenType): CompactJWSHeaderParameters {
+  let byType = headers.get(key);
+  if (byType === undefined) headers.set(key, (byType = new Map()));
+  let header = byType.get(typ);
+  if (header === undefined) byType.set(typ, (header = Object.freeze({ alg: key.alg, typ, kid: key.kid })));
+  return header;
+}
+
+/**
+ * A compact JWS of `claims`, signed by jose with the pre-imported CryptoKey. CompactSign on the serialised
+ * claims skips SignJWT's claim-by-claim copying: about 15k ES256 signatures/s against SignJWT's 12k (bench/sign.ts).
+ */
+export function signJwt(key: SigningKey, typ: TokenType, claims: Readonly<Record<string, unknown>>): Promise<string> {
+  return new CompactSign(encoder.encode(JSON.stringify(claims))).setProtectedHeader(headerOf(key, typ)).sign(key.privateKey);
+}
+
+/**
+ * Verifies an access token of this issuer with jose: signature by a known ES256 key (found by `kid`), `typ`,
+ * `iss`, `exp` and `iat`. Rejects with a jose error otherwise.
+ */
+export async function verifyAccessToken(keys: SigningKeys, token: string, issuer: string, now: number): Promise<JWTPayload> {
+  const { payload } = await jwtVerify(
+    token,
+    (header) => {
+      const key = header.kid === undefined ? undefined : keys.byKid.get(header.kid);
+      if (key === undefined || key.alg !== 'ES256') throw new Error('unknown signing key');
+      return key.publicKey;
+    },
+    { issuer, typ: 'at+jwt', algorithms: ['ES256'], currentDate: new Date(now) },
+  );
+  return payload;
+}

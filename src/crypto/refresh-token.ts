@@ -1,0 +1,23 @@
+/** The refresh token format: `<grant id>.<secret>`, so the store finds a token by its grant (bench/RESULTS.md). */
+import type { RefreshTokenRecord } from '../store/types.js';
+import { digestOf } from './digest.js';
+import { randomText } from './random.js';
+
+const SEPARATOR = '.';
+/** Grant ids are UUIDs; anything else before the separator is not one of our tokens. */
+const GRANT_ID_SHAPE = /^[0-9A-Za-z-]{1,64}$/;
+
+/** A fresh refresh token of `grantId` living `lifetimeMs` from `issuedAt`: the value for the client and the record the store keeps. */
+export function newRefreshToken(grantId: string, issuedAt: number, lifetimeMs: number): { value: string; record: RefreshTokenRecord } {
+  const value = `${grantId}${SEPARATOR}${randomText(32)}`;
+  return { value, record: { digest: digestOf(value), grantId, issuedAt, expiresAt: issuedAt + lifetimeMs } };
+}
+
+/** The grant a presented refresh token names and the token's digest; undefined when it is not shaped like one of ours. */
+export function refreshTokenKey(presented: string): { grantId: string; digest: string } | undefined {
+  const separator = presented.indexOf(SEPARATOR);
+  if (separator <= 0) return undefined;
+  const grantId = presented.slice(0, separator);
+  if (!GRANT_ID_SHAPE.test(grantId)) return undefined;
+  return { grantId, digest: digestOf(presented) };
+}

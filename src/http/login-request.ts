@@ -1,0 +1,38 @@
+/**
+ * Login requests: what a sign-in is for, kept on the server (never a URL from the query: no open redirect)
+ * and bound to the browser that started it. /authorize and /device start one; sign-in ends by sending the
+ * browser to /authorize/resume or back to /device, which continue it.
+ */
+import { randomBytes } from 'node:crypto';
+import type { FastifyReply, FastifyRequest } from 'fastify';
+import { OAuthError } from '../policy/oauth-error.js';
+import type { LoginPurpose, LoginRequestStore } from '../store/types.js';
+import type { CookieSettings } from './cookies.js';
+import { browserBinding } from './csrf.js';
+import { pageHeaders } from './pages.js';
+
+/** Long enough to type a password or visit an upstream, short enough not to pile up. */
+export const LOGIN_REQUEST_LIFETIME_MS = 15 * 60_000;
+
+const LOGIN_ID = /^[A-Za-z0-9_-]{24}$/;
+
+/** True when `id` has the shape of a login request id (so nothing else reaches the store). */
+export const isLoginId = (id: string | undefined): id is string => id !== undefined && LOGIN_ID.test(id);
+
+export interface LoginStart {
+  readonly store: LoginRequestStore;
+  readonly cookies: CookieSettings;
+  readonly now: number;
+  readonly signInPage: (loginId: string) => string;
+}
+
+/** Keeps `purpose` on the server and sends the browser to sign in. */
+export async function startLogin(start: LoginStart, request: FastifyRequest, reply: FastifyReply, purpose: LoginPurpose): Promise<FastifyReply> {
+  const id = randomBytes(18).toString('base64url');
+  const browser = browserBinding(start.cookies, request, reply);
+  await start.store.saveLoginRequest({ id, purpose, browser, createdAt: start.now, expiresAt: start.now + LOGIN_REQUEST_LIFETIME_MS });
+  return pageHeaders(reply).redirect(start.signInPage(id), 303);
+}
+
+export const expiredSignIn = (): OAuthError =>
+  new OAuthError('invalid_request', 'this sign-in has expired or was already used; start again from the application');

@@ -1,0 +1,76 @@
+/** The claims of access tokens (RFC 9068 §2.2) and ID tokens (OIDC Core §2): values only, signing is crypto/jwt.ts. */
+import { sha256 } from '../crypto/digest.js';
+import { randomText } from '../crypto/random.js';
+import type { Audience } from '../policy/resource.js';
+import type { SubjectClaims } from '../store/types.js';
+
+/** Seconds since the epoch, as JWT NumericDate wants. */
+export const epochSeconds = (ms: number): number => Math.floor(ms / 1000);
+
+export interface AccessTokenInput {
+  readonly issuer: string;
+  readonly subject: string;
+  readonly clientId: string;
+  readonly audience: Audience;
+  readonly scope: readonly string[];
+  readonly lifetimeSeconds: number;
+  readonly authTime?: number;
+}
+
+export function accessTokenClaims(input: AccessTokenInput, now: number): Record<string, unknown> {
+  const iat = epochSeconds(now);
+  const claims: Record<string, unknown> = {
+    iss: input.issuer,
+    sub: input.subject,
+    aud: input.audience,
+    exp: iat + input.lifetimeSeconds,
+    iat,
+    jti: randomText(16),
+    client_id: input.clientId,
+    scope: input.scope.join(' '),
+  };
+  if (input.authTime !== undefined) claims.auth_time = epochSeconds(input.authTime);
+  return claims;
+}
+
+/** OIDC Core §3.1.3.6: left half of SHA-256 of the access token, base64url. */
+export function accessTokenHash(accessToken: string): string {
+  const digest = sha256(accessToken);
+  return digest.subarray(0, digest.length / 2).toString('base64url');
+}
+
+/** The profile claims a scope releases (OIDC Core §5.4). */
+export function releasedClaims(scope: readonly string[], claims: SubjectClaims): Record<string, string> {
+  const released: Record<string, string> = {};
+  if (scope.includes('email') && claims.email !== undefined) released.email = claims.email;
+  if (scope.includes('profile') && claims.name !== undefined) released.name = claims.name;
+  return released;
+}
+
+export interface IdTokenInput {
+  readonly issuer: string;
+  readonly subject: string;
+  readonly clientId: string;
+  readonly scope: readonly string[];
+  readonly claims: SubjectClaims;
+  readonly authTime: number;
+  readonly nonce?: string;
+  readonly accessToken: string;
+  readonly lifetimeSeconds: number;
+}
+
+export function idTokenClaims(input: IdTokenInput, now: number): Record<string, unknown> {
+  const iat = epochSeconds(now);
+  const claims: Record<string, unknown> = {
+    iss: input.issuer,
+    sub: input.subject,
+    aud: input.clientId,
+    exp: iat + input.lifetimeSeconds,
+    iat,
+    auth_time: epochSeconds(input.authTime),
+    at_hash: accessTokenHash(input.accessToken),
+    ...releasedClaims(input.scope, input.claims),
+  };
+  if (input.nonce !== undefined) claims.nonce = input.nonce;
+  return claims;
+}

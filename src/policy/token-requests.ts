@@ -1,0 +1,251 @@
+/**
+ * The order in which each grant checks a token request, one function per grant (DESIGN.md §5, §6).
+ * Pure like the rest of policy/: the handler parses the request and reads the state the request names,
+ * these functions decide, and only then does the handler change state. A refusal carries `revokeGrant`
+ * only in the one case DESIGN.md §1 allows: a used code or a rotated refresh token presented again by
+ * the client it was issued to, in an otherwise valid request.
+ */
+import { OAuthError, invalidGrant } from './oauth-error.js';
+import { decideResourceParameter, decideTokenAudience, type Audience, type Decision } from './resource.js';
+import { decideRefreshScope, decideRequestedScope } from './scope.js';
+
+/** What the policy needs to know of a client (a configured ClientRecord fits). */
+export interface PolicyClient {
+  readonly clientId: string;
+  readonly kind: 'confidential' | 'public' | 'device';
+  readonly audience: readonly string[];
+  readonly redirectUris: readonly string[];
+  readonly scopes: readonly string[];
+  readonly refreshLifetimeMs?: number;
+}
+
+/** What bounds every token of a grant (DESIGN.md §5 "grant bound"). */
+export interface GrantBounds {
+  readonly id: string;
+  readonly clientId: string;
+  readonly scope: readonly string[];
+  readonly resources: readonly string[];
+}
+
+export interface IssuedCode {
+  readonly grantId: string;
+  readonly clientId: string;
+  readonly redirectUri: string;
+  readonly codeChallenge: string;
+}
+
+export type CodeState =
+  | { readonly status: 'active'; readonly code: IssuedCode; readonly grant: GrantBounds }
+  | { readonly status: 'used'; readonly code: IssuedCode }
+  | { readonly status: 'unknown' };
+
+export type RefreshState =
+  | { readonly status: 'active'; readonly grant: GrantBounds }
+  | { readonly status: 'rotated'; readonly grantId: string; readonly clientId: string }
+  | { readonly status: 'unknown' };
+
+/** A refusal, and the grant to revoke when the refusal is a detected replay (DESIGN.md §6). */
+export type TokenDecision<T> =
+  | { readonly ok: true; readonly value: T }
+  | { readonly ok: false; readonly error: OAuthError; readonly revokeGrant?: string };
+
+const allow = <T>(value: T): TokenDecision<T> => ({ ok: true, value });
+const refuse = <T>(error: OAuthError, revokeGrant?: string): TokenDecision<T> =>
+  revokeGrant === undefined ? { ok: false, error } : { ok: false, error, revokeGrant };
+const fromDecision = <T>(decision: Decision<T>): TokenDecision<T> => decision;
+
+export const badCode = (): OAuthError => invalidGrant('the authorization code is invalid, expired or already used');
+export const badRefreshToken = (): OAuthError => invalidGrant('the refresh token is invalid, expired or revoked');
+
+/** RFC 7636 §4.1: 43 to 128 unreserved characters. */
+const VERIFIER = /^[A-Za-z0-9._~-]{43,128}$/;
+
+const missing = (name: string): OAuthError => new OAuthError('invalid_request', `${name} is required`);
+
+/** The parameters of a code exchange as sent (undefined when absent). */
+export interface CodeExchangeParameters {
+  readonly code?: string;
+  readonly redirectUri?: string;
+  readonly verifier?: string;
+}
+
+/** The request-only checks of a code exchange, before the code is looked up (DESIGN.md §5: grant type, then resource shape). */
+export function checkCodeExchangeRequest(
+  client: PolicyClient,
+  requested: readonly string[],
+  sent: CodeExchangeParameters,
+): TokenDecision<Required<CodeExchangeParameters>> {
+  if (client.kind === 'device' || client.redirectUris.length === 0) {
+    return refuse(new OAuthError('unauthorized_client', 'this client may not use the authorization_code grant'));
+  }
+  const shape = decideResourceParameter('authorization_code', requested);
+  if (!shape.ok) return shape;
+  const { code, redirectUri, verifier } = sent;
+  if (code === undefined) return refuse(missing('code'));
+  if (redirectUri === undefined) return refuse(missing('redirect_uri'));
+  if (verifier === undefined) return refuse(missing('code_verifier'));
+  if (!VERIFIER.test(verifier)) return refuse(new OAuthError('invalid_request', 'code_verifier is malformed (RFC 7636 §4.1)'));
+  return allow({ code, redirectUri, verifier });
+}
+
+/**
+ * authorization_code (RFC 6749 §4.1.3, RFC 7636 §4.6, RFC 8707 §2.2), after the code is looked up: the code is the
+ * client's, then redirect_uri and PKCE match; only then does a used code revoke its grant; then the audience.
+ */
+export function decideCodeExchange(input: {
+  readonly client: PolicyClient;
+  readonly issuer: string;
+  readonly state: CodeState;
+  readonly redirectUri: string;
+  /** BASE64URL(SHA256(code_verifier)) of the request. */
+  readonly verifierChallenge: string;
+  readonly requested: readonly string[];
+}): TokenDecision<Audience> {
+  const { client, state } = input;
+  if (state.status === 'unknown' || state.code.clientId !== client.clientId) return refuse(badCode());
+  if (state.code.redirectUri !== input.redirectUri) return refuse(invalidGrant('redirect_uri does not match the authorization request'));
+  if (state.code.codeChallenge !== input.verifierChallenge) return refuse(invalidGrant('code_verifier does not match the code_challenge'));
+  // RFC 6749 §4.1.2: a replayed code revokes what it issued, once its own client has proven itself.
+  if (state.status === 'used') return refuse(badCode(), state.code.grantId);
+  return fromDecision(
+    decideTokenAudience({
+      grantType: 'authorization_code',
+      client,
+      issuer: input.issuer,
+      grantScope: state.grant.scope,
+      tokenScope: state.grant.scope,
+      grantResources: state.grant.resources,
+      requested: input.requested,
+    }),
+  );
+}
+
+/** The request-only checks of a refresh, before the token is looked up (DESIGN.md §5 order). */
+export function checkRefreshRequest(
+  client: PolicyClient,
+  requested: readonly string[],
+  presented: string | undefined,
+  requestedScope: readonly string[] | undefined,
+): TokenDecision<{ readonly presented: string; readonly requestedScope: readonly string[]; readonly lifetimeMs: number }> {
+  const shape = decideResourceParameter('refresh_token', requested);
+  if (!shape.ok) return shape;
+  if (presented === undefined) return refuse(missing('refresh_token'));
+  if (requestedScope === undefined) return refuse(new OAuthError('invalid_scope', 'scope is malformed'));
+  if (client.refreshLifetimeMs === undefined) return refuse(new OAuthError('unauthorized_client', 'this client does not get refresh tokens'));
+  return allow({ presented, requestedScope, lifetimeMs: client.refreshLifetimeMs });
+}
+
+/**
+ * refresh_token (RFC 6749 §6) after the token is looked up: a token of another client changes nothing; a rotated
+ * token of this client is reuse and revokes its grant (RFC 9700 §4.14.2); then scope and audience (DESIGN.md §5).
+ */
+export function decideRefresh(input: {
+  readonly client: PolicyClient;
+  readonly issuer: string;
+  readonly state: RefreshState;
+  readonly requestedScope: readonly string[];
+  readonly requested: readonly string[];
+}): TokenDecision<{ readonly scope: string[]; readonly audience: Audience }> {
+  const { client, state } = input;
+  if (state.status === 'unknown') return refuse(badRefreshToken());
+  if (state.status === 'rotated') return refuse(badRefreshToken(), state.clientId === client.clientId ? state.grantId : undefined);
+  if (state.grant.clientId !== client.clientId) return refuse(badRefreshToken());
+  const scope = decideRefreshScope(input.requestedScope, state.grant.scope);
+  if (!scope.ok) return scope;
+  const audience = decideTokenAudience({
+    grantType: 'refresh_token',
+    client,
+    issuer: input.issuer,
+    grantScope: state.grant.scope,
+    tokenScope: scope.value,
+    grantResources: state.grant.resources,
+    requested: input.requested,
+  });
+  if (!audience.ok) return audience;
+  return allow({ scope: scope.value, audience: audience.value });
+}
+
+/** client_credentials (RFC 6749 §4.4): confidential clients, tokens for the whole audience, scope within the client's. */
+export function decideClientCredentials(input: {
+  readonly client: PolicyClient;
+  readonly issuer: string;
+  readonly requestedScope: readonly string[] | undefined;
+  readonly requested: readonly string[];
+}): TokenDecision<{ readonly scope: string[]; readonly audience: Audience }> {
+  const { client, requestedScope } = input;
+  if (client.kind !== 'confidential') return refuse(new OAuthError('unauthorized_client', 'client_credentials is for confidential clients'));
+  if (requestedScope === undefined) return refuse(new OAuthError('invalid_scope', 'scope is malformed'));
+  const audience = decideTokenAudience({
+    grantType: 'client_credentials',
+    client,
+    issuer: input.issuer,
+    grantScope: requestedScope,
+    tokenScope: requestedScope,
+    grantResources: [],
+    requested: input.requested,
+  });
+  if (!audience.ok) return audience;
+  const scope = decideRequestedScope(requestedScope, client.scopes);
+  if (!scope.ok) return scope;
+  return allow({ scope: scope.value, audience: audience.value });
+}
+
+/** The request-only checks of a device-code poll (DESIGN.md §5: a `resource` is refused before anything else). */
+export function checkDevicePollRequest(client: PolicyClient, requested: readonly string[], deviceCode: string | undefined): TokenDecision<string> {
+  const shape = decideResourceParameter('device_code', requested);
+  if (!shape.ok) return shape;
+  if (client.kind !== 'device') return refuse(new OAuthError('unauthorized_client', 'this client may not use the device_code grant'));
+  if (deviceCode === undefined) return refuse(missing('device_code'));
+  return allow(deviceCode);
+}
+
+export interface DeviceState {
+  readonly clientId: string;
+  readonly status: 'pending' | 'approved' | 'denied' | 'redeemed';
+  readonly scope: readonly string[];
+  readonly intervalSeconds: number;
+  readonly lastPolledAt?: number;
+  readonly subject?: string;
+  readonly expiresAt: number;
+}
+
+export type DevicePoll =
+  | { readonly outcome: 'approved'; readonly audience: Audience }
+  | { readonly outcome: 'waiting'; readonly tooFast: boolean }
+  | { readonly outcome: 'closed'; readonly error: OAuthError };
+
+export const badDeviceCode = (): OAuthError => invalidGrant('the device code is invalid or was already used');
+
+/**
+ * A device-code poll (RFC 8628 §3.4-3.5) after the device code is looked up. Only `approved` gives tokens;
+ * `waiting` and `closed` are answers the handler gives after recording the poll (the interval rule needs it).
+ */
+export function decideDevicePoll(input: {
+  readonly client: PolicyClient;
+  readonly issuer: string;
+  readonly state: DeviceState | undefined;
+  readonly now: number;
+}): TokenDecision<DevicePoll> {
+  const { client, state, now } = input;
+  if (state === undefined || state.clientId !== client.clientId || state.status === 'redeemed') return refuse(badDeviceCode());
+  if (state.expiresAt <= now) return allow({ outcome: 'closed', error: new OAuthError('expired_token', 'the device code has expired; start again') });
+  if (state.status === 'denied') return allow({ outcome: 'closed', error: new OAuthError('access_denied', 'the person denied the request') });
+  if (state.status === 'pending') {
+    // RFC 8628 §3.5: polling faster than the interval earns slow_down.
+    const tooFast = state.lastPolledAt !== undefined && now - state.lastPolledAt < state.intervalSeconds * 1000;
+    return allow({ outcome: 'waiting', tooFast });
+  }
+  if (state.subject === undefined) return refuse(badDeviceCode());
+  // DESIGN.md §5 "device flow": tokens always for the whole audience (no resources bound the grant).
+  const audience = decideTokenAudience({
+    grantType: 'device_code',
+    client,
+    issuer: input.issuer,
+    grantScope: state.scope,
+    tokenScope: state.scope,
+    grantResources: [],
+    requested: [],
+  });
+  if (!audience.ok) return audience;
+  return allow({ outcome: 'approved', audience: audience.value });
+}
