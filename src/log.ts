@@ -1,80 +1,63 @@
-/** pino logger settings: JSON lines, asynchronous writes, and nothing secret (DESIGN.md §7). */
+/** pino logger settings: JSON lines, asynchronous writes, and nothing secret at any level (DESIGN.md §7, §10). */
 import pino, { type Logger } from 'pino';
 import type { Config } from './config/types.js';
 
-const CENSOR = '[redacted]';
+/** Values that are secrets wherever a log object carries them, at the top level or one level down. */
+const SECRET_KEYS = ['password', 'client_secret', 'code', 'code_verifier', 'refresh_token', 'access_token', 'id_token', 'device_code'] as const;
+/** Header paths in pino's path syntax (brackets for the hyphenated name). */
+const SECRET_HEADERS = ['.authorization', '.cookie', '["set-cookie"]'] as const;
 
-/** Keys blanked wherever they sit one level down (pino redact paths `*.password`, ...); routes log only chosen fields anyway. */
-const SECRET_KEYS: readonly string[] = ['password', 'client_secret', 'code', 'code_verifier', 'refresh_token', 'access_token', 'id_token', 'device_code'];
+/** pino's own redaction (fast-redact, compiled once): what routes log is chosen fields anyway; this is the net under them. */
+const REDACT_PATHS = [
+  ...SECRET_KEYS,
+  ...SECRET_KEYS.map((key) => `*.${key}`),
+  ...SECRET_HEADERS.map((header) => `headers${header}`),
+  ...SECRET_HEADERS.map((header) => `req.headers${header}`),
+];
 
-/** Headers blanked in `headers` and `req.headers` (paths `headers.authorization`, `req.headers.cookie`, ...). */
-const SECRET_HEADERS: readonly string[] = ['authorization', 'cookie'];
+/** At most this much of any text taken from a request reaches a log line (DESIGN.md §10). */
+export const LOGGED_VALUE_LIMIT = 256;
 
-type Fields = Record<string, unknown>;
-
-const isObject = (value: unknown): value is Fields => typeof value === 'object' && value !== null;
-
-/** A shallow copy keeping the prototype, so the copy serialises as the original would. */
-function copyOf(value: Fields): Fields {
-  return Array.isArray(value) ? Object.assign([], value) : Object.assign(Object.create(Object.getPrototypeOf(value) as object | null) as Fields, value);
-}
-
-/** `value` with its own properties named in `keys` censored; a copy only when one is present. */
-function censored(value: Fields, keys: readonly string[]): Fields {
-  let copy: Fields | undefined;
-  for (const key of keys) {
-    if (!Object.hasOwn(value, key)) continue;
-    copy ??= copyOf(value);
-    copy[key] = CENSOR;
-  }
-  return copy ?? value;
-}
+/** Cuts attacker-chosen text to LOGGED_VALUE_LIMIT characters. */
+export const bounded = (text: string | undefined): string | undefined =>
+  text === undefined || text.length <= LOGGED_VALUE_LIMIT ? text : `${text.slice(0, LOGGED_VALUE_LIMIT)}…`;
 
 /**
- * What pino's `redact` option did with the paths above, as a formatter of every line and every child's
- * bindings that copies nothing unless an object value holds one of the keys: pino's redact cost about
- * 6 µs of CPU per request (bench/RESULTS.md). The caller's objects are never changed.
+ * Errors are logged by kind and message only: never Node's `rawPacket` (the raw bytes of a request the HTTP parser
+ * refused, Basic header and cookie included), never a body, never headers.
  */
-export function redactSecrets(fields: Fields): Fields {
-  let copy: Fields | undefined;
-  for (const key in fields) {
-    const value = fields[key];
-    // `err` is censored after pino's error serializer has run (createLogger), as redact did.
-    if (key === 'err' || !Object.hasOwn(fields, key) || !isObject(value)) continue;
-    let next = censored(value, SECRET_KEYS);
-    if (key === 'headers') next = censored(next, SECRET_HEADERS);
-    if (key === 'req' && isObject(next.headers)) {
-      const headers = censored(next.headers, SECRET_HEADERS);
-      if (headers !== next.headers) {
-        if (next === value) next = copyOf(value);
-        next.headers = headers;
-      }
-    }
-    if (next !== value) (copy ??= { ...fields })[key] = next;
-  }
-  return copy ?? fields;
+function serializeError(error: unknown): Record<string, unknown> | unknown {
+  if (typeof error !== 'object' || error === null) return error;
+  const { name, message, code, statusCode, stack } = error as { name?: unknown; message?: unknown; code?: unknown; statusCode?: unknown; stack?: unknown };
+  return {
+    type: typeof name === 'string' ? name : 'Error',
+    message: typeof message === 'string' ? bounded(message) : undefined,
+    ...(typeof code === 'string' && { code }),
+    ...(typeof statusCode === 'number' && { statusCode }),
+    // Our own failures (500s) need the stack; a stack holds code locations, not request data.
+    ...(typeof stack === 'string' && typeof statusCode !== 'number' && { stack }),
+  };
 }
 
-const serializeError = pino.stdSerializers.err;
+/** A request as a log line may show it: method and path, never the query, headers or body. */
+function serializeRequest(request: { method?: string; url?: string }): Record<string, unknown> {
+  return { method: request.method, path: bounded(request.url?.split('?')[0]) };
+}
 
-type ChildFactory = (this: Logger, bindings: pino.Bindings, options?: pino.ChildLoggerOptions) => Logger;
+/** A response as a log line may show it: the status only. */
+function serializeResponse(reply: { statusCode?: number }): Record<string, unknown> {
+  return { status: reply.statusCode };
+}
 
 export function createLogger(level: Config['logLevel'], destination?: pino.DestinationStream): Logger {
   const stream = destination ?? pino.destination({ dest: 1, sync: false, minLength: 4096 });
-  const logger = pino(
+  return pino(
     {
       level,
       base: { service: 'pinpoint' },
-      formatters: { log: redactSecrets },
-      serializers: { err: (error: unknown) => (isObject(error) ? censored(serializeError(error as unknown as Error) as unknown as Fields, SECRET_KEYS) : error) },
+      redact: { paths: REDACT_PATHS, censor: '[redacted]' },
+      serializers: { err: serializeError, error: serializeError, req: serializeRequest, res: serializeResponse },
     },
     stream,
   );
-  // pino formats a child's bindings without formatters.bindings, so they are censored on the way in; children inherit this.
-  const pinoChild = logger.child as unknown as ChildFactory;
-  const child: ChildFactory = function child(bindings, options) {
-    return pinoChild.call(this, redactSecrets(bindings), options);
-  };
-  logger.child = child as unknown as Logger['child'];
-  return logger;
 }

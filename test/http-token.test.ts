@@ -260,9 +260,10 @@ describe('/token refresh_token', () => {
     assertOAuthError(await refresh(t.app, token, [], [['refresh_token', token]]), 400, 'invalid_request');
     assertOAuthError(await refresh(t.app, token, [], [['scope', 'openid ssh']]), 400, 'invalid_scope');
     assertOAuthError(await refresh(t.app, token, [], [], basic('webapp', 'wrong')), 401, 'invalid_client');
-    const otherClient = await refresh(t.app, token, [], [], basic('norefresh', SECRET));
-    assert.equal(otherClient.statusCode, 400);
-    assert.ok(['invalid_grant', 'unauthorized_client'].includes(otherClient.json().error), otherClient.body);
+    // RFC 6749 §5.2: a client that gets no refresh tokens is not authorized for the grant, whatever token it sends.
+    assertOAuthError(await refresh(t.app, token, [], [], basic('norefresh', SECRET)), 400, 'unauthorized_client');
+    // DESIGN.md §6: a refresh token presented by a client it was not issued to is invalid_grant and changes nothing.
+    assertOAuthError(await refresh(t.app, token, [], [['client_id', 'spa']], null), 400, 'invalid_grant');
     const body = assertOk(await refresh(t.app, token, [API]));
     assert.equal(claimsOf(body.access_token).aud, API);
   });
@@ -773,5 +774,65 @@ describe('/token rate limit', () => {
     } finally {
       await t.app.close();
     }
+  });
+});
+
+describe('/token: a refused request writes nothing; replay revokes only for the credential\'s own client (DESIGN.md §1, §6)', () => {
+  let t: TestApp;
+  before(async () => {
+    t = await testApp();
+  });
+  after(async () => t.app.close());
+
+  const replayCode = (grant: { code: string; verifier: string }, overrides: { verifier?: string; redirectUri?: string; clientId?: string } = {}) =>
+    postToken(
+      t.app,
+      [
+        ['grant_type', 'authorization_code'],
+        ['code', grant.code],
+        ['redirect_uri', overrides.redirectUri ?? REDIRECT],
+        ['code_verifier', overrides.verifier ?? grant.verifier],
+        ...(overrides.clientId === undefined ? [] : [['client_id', overrides.clientId] as [string, string]]),
+      ],
+      overrides.clientId === undefined ? basic('webapp', SECRET) : null,
+    );
+
+  test('a used code presented by another client, or with a wrong verifier or redirect_uri, revokes nothing; by its own client, it revokes', async () => {
+    const grant = await signInForCode(t.app);
+    const exchanged = await exchangeCode(t.app, grant);
+    assert.equal(exchanged.statusCode, 200, exchanged.body);
+    let refreshToken = exchanged.json().refresh_token as string;
+    const stillAlive = async (): Promise<void> => {
+      const next = await refresh(t.app, refreshToken);
+      assert.equal(next.statusCode, 200, `the grant is still alive: ${next.body}`);
+      refreshToken = next.json().refresh_token as string;
+    };
+
+    assertOAuthError(await replayCode(grant, { clientId: 'spa' }), 400, 'invalid_grant');
+    await stillAlive();
+    assertOAuthError(await replayCode(grant, { verifier: 'w'.repeat(43) }), 400, 'invalid_grant', 'code_verifier does not match the code_challenge');
+    await stillAlive();
+    assertOAuthError(await replayCode(grant, { redirectUri: 'http://127.0.0.1:9000/other' }), 400, 'invalid_grant');
+    await stillAlive();
+    assertOAuthError(await postToken(t.app, [['grant_type', 'authorization_code'], ['code', grant.code], ['redirect_uri', REDIRECT], ['code_verifier', grant.verifier]], basic('webapp', 'wrong')), 401, 'invalid_client');
+    await stillAlive();
+
+    assertOAuthError(await replayCode(grant), 400, 'invalid_grant');
+    assertOAuthError(await refresh(t.app, refreshToken), 400, 'invalid_grant');
+  });
+
+  test('a rotated refresh token presented by another client or with a wrong secret revokes nothing; by its own client, it revokes', async () => {
+    const grant = await signInForCode(t.app);
+    const first = (await exchangeCode(t.app, grant)).json().refresh_token as string;
+    const second = (await refresh(t.app, first)).json().refresh_token as string;
+    assert.ok(second);
+
+    assertOAuthError(await refresh(t.app, first, [], [['client_id', 'spa']], null), 400, 'invalid_grant');
+    assertOAuthError(await refresh(t.app, first, [], [], basic('webapp', 'wrong')), 401, 'invalid_client');
+    const third = await refresh(t.app, second);
+    assert.equal(third.statusCode, 200, third.body);
+
+    assertOAuthError(await refresh(t.app, first), 400, 'invalid_grant');
+    assertOAuthError(await refresh(t.app, third.json().refresh_token as string), 400, 'invalid_grant');
   });
 });

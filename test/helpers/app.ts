@@ -154,10 +154,25 @@ export async function signInForCode(app: FastifyInstance, options: AuthorizeOpti
   });
   if (submitted.statusCode !== 303) throw new Error(`login answered ${submitted.statusCode}: ${submitted.body}`);
   cookies = cookieJar(cookies, submitted);
-  const location = new URL(submitted.headers.location as string);
+  const resumed = await resumeAuthorization(app, submitted, cookies);
+  cookies = resumed.cookies;
+  const location = new URL(resumed.response.headers.location as string);
   const code = location.searchParams.get('code');
   if (code === null) throw new Error(`no code in ${location}`);
   return { code, verifier, location, cookies };
+}
+
+/** Follows sign-in's redirect to /authorize/resume, as a browser would, and returns its answer (the redirect to the client). */
+export async function resumeAuthorization(
+  app: FastifyInstance,
+  signedIn: LightMyRequestResponse,
+  cookies: string,
+): Promise<{ response: LightMyRequestResponse; cookies: string }> {
+  const target = signedIn.headers.location as string;
+  if (!target.includes('/authorize/resume?')) throw new Error(`sign-in did not send the browser to /authorize/resume: ${target}`);
+  const response = await app.inject({ method: 'GET', url: target, headers: { cookie: cookies } });
+  if (response.statusCode !== 303) throw new Error(`resume answered ${response.statusCode}: ${response.body}`);
+  return { response, cookies: cookieJar(cookies, response) };
 }
 
 /** POST /token; `auth` null sends no Authorization header (public clients). */
