@@ -254,7 +254,8 @@ describe('pinpoint hash-password', () => {
   test('prints one hash line that verifyPassword accepts for the password without its newline', async () => {
     const { code, stdout, stderr } = await run(['hash-password'], { input: 'correct horse battery\n' });
     assert.equal(code, 0, stderr);
-    assert.match(stdout, /^scrypt\$N=\d+,r=\d+,p=\d+\$[A-Za-z0-9_-]+\$[A-Za-z0-9_-]+\n$/);
+    // DESIGN.md §2: new hashes use N = 2^17, r = 8, p = 1.
+    assert.match(stdout, /^scrypt\$N=131072,r=8,p=1\$[A-Za-z0-9_-]+\$[A-Za-z0-9_-]+\n$/);
     const hash = stdout.trim();
     assert.ok(isPasswordHash(hash));
     assert.equal(await verifyPassword('correct horse battery', hash), true);
@@ -292,6 +293,13 @@ describe('password hashes', () => {
     assert.equal(await verifyPassword('Wonderland', first), false);
   });
 
+  test('a hash made with the older parameters (N = 2^15) still verifies', async () => {
+    const older = await hashPassword('wonderland', { N: 2 ** 15, r: 8, p: 1 });
+    assert.match(older, /^scrypt\$N=32768,r=8,p=1\$/);
+    assert.equal(await verifyPassword('wonderland', older), true);
+    assert.equal(await verifyPassword('wonderland!', older), false);
+  });
+
   test('parameters are read from the hash, so they can be raised later', async () => {
     const hash = await hashPassword('wonderland');
     const [, , salt, key] = hash.split('$');
@@ -300,7 +308,7 @@ describe('password hashes', () => {
 
   test('a malformed hash gives false, not an exception', async () => {
     const hash = await hashPassword('wonderland');
-    for (const bad of ['', 'wonderland', 'scrypt$', hash.replace('N=32768', 'N=1000'), hash.replace('N=32768', 'N=4194304'), hash.replace(/\$[^$]+$/, '$short'), `${hash}$extra`, hash.replace('scrypt', 'bcrypt')]) {
+    for (const bad of ['', 'wonderland', 'scrypt$', hash.replace('N=131072', 'N=1000'), hash.replace('N=131072', 'N=4194304'), hash.replace(/\$[^$]+$/, '$short'), `${hash}$extra`, hash.replace('scrypt', 'bcrypt')]) {
       assert.equal(isPasswordHash(bad), false, bad);
       assert.equal(await verifyPassword('wonderland', bad), false, bad);
     }

@@ -489,9 +489,18 @@ describe('/token client authentication and request shape', () => {
     assertInvalidClient(response);
   });
 
-  test('client_secret_post is refused', async () => {
-    const response = await postForm(t.app, [['grant_type', 'client_credentials'], ['client_id', 'service'], ['client_secret', SECRET]]);
-    assertInvalidClient(response);
+  test('client_secret_post authenticates (RFC 6749 §2.3.1); a wrong body secret is invalid_client; both methods at once is invalid_request', async () => {
+    const accepted = await postForm(t.app, [['grant_type', 'client_credentials'], ['client_id', 'service'], ['client_secret', SECRET]]);
+    assert.equal(accepted.statusCode, 200, accepted.body);
+    assertInvalidClient(await postForm(t.app, [['grant_type', 'client_credentials'], ['client_id', 'service'], ['client_secret', 'wrong']]));
+    assertInvalidClient(await postForm(t.app, [['grant_type', 'client_credentials'], ['client_id', 'nobody'], ['client_secret', SECRET]]));
+    // A public client has no secret, so a body secret cannot match.
+    assertInvalidClient(await postForm(t.app, [['grant_type', 'client_credentials'], ['client_id', 'spa'], ['client_secret', '']]));
+    assertOAuthError(
+      await postForm(t.app, [['grant_type', 'client_credentials'], ['client_id', 'service'], ['client_secret', SECRET]], basic('service', SECRET)),
+      400,
+      'invalid_request',
+    );
   });
 
   test('no client at all', async () => {

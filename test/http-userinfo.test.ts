@@ -2,7 +2,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import type { FastifyInstance, LightMyRequestResponse } from 'fastify';
-import { AUDIENCE, ISSUER, SECRET, basic, claimsOf, exchangeCode, postToken, signInForCode, testApp, type TestApp } from './helpers/app.js';
+import { AUDIENCE, ISSUER, SECRET, basic, claimsOf, client, exchangeCode, postToken, signInForCode, testApp, testConfig, type TestApp } from './helpers/app.js';
 
 const API = AUDIENCE[0] as string;
 const FILES = AUDIENCE[1] as string;
@@ -168,6 +168,25 @@ describe('/userinfo and time', () => {
       assert.equal((await userinfo(t.app, token)).statusCode, 200);
       now += 3600_000 + 120_000;
       assertInvalidToken(await userinfo(t.app, token));
+    } finally {
+      await t.app.close();
+    }
+  });
+});
+
+describe('/userinfo and tokens with no person (DESIGN.md §7)', () => {
+  test('a client_credentials token whose sub (the client_id) equals a user name gets 401, not that user\'s claims', async () => {
+    const config = await testConfig();
+    const alias = client({ clientId: 'alice', kind: 'confidential', secret: SECRET, redirectUris: [], scopes: ['openid', 'profile', 'email'] });
+    const t = await testApp({ config: { ...config, clients: new Map([...config.clients, ['alice', alias]]) } });
+    try {
+      const issued = await postToken(t.app, [['grant_type', 'client_credentials'], ['scope', 'openid profile email']], basic('alice', SECRET));
+      assert.equal(issued.statusCode, 200, issued.body);
+      const token = issued.json().access_token as string;
+      assert.equal(claimsOf(token).sub, 'alice');
+      const response = await userinfo(t.app, token);
+      assertInvalidToken(response);
+      assert.match(String(response.headers['www-authenticate']), /issued to a client, not for a person/);
     } finally {
       await t.app.close();
     }

@@ -1,7 +1,13 @@
 import { randomBytes, scrypt, timingSafeEqual, type ScryptOptions } from 'node:crypto';
 
-/** Cost parameters written into every new hash; old hashes keep theirs, so these can be raised. */
-const DEFAULT_COST = { N: 32768, r: 8, p: 1 } as const;
+export interface ScryptCost {
+  readonly N: number;
+  readonly r: number;
+  readonly p: number;
+}
+
+/** Cost parameters written into every new hash (OWASP: N = 2^17, r = 8, p = 1); old hashes keep theirs, so these can be raised. */
+export const DEFAULT_COST: ScryptCost = { N: 2 ** 17, r: 8, p: 1 };
 const SALT_BYTES = 16;
 const KEY_BYTES = 32;
 
@@ -13,16 +19,16 @@ const MAX_P = 16;
 const HASH_PATTERN = /^scrypt\$N=(\d{1,8}),r=(\d{1,3}),p=(\d{1,3})\$([A-Za-z0-9_-]{16,88})\$([A-Za-z0-9_-]{22,88})$/;
 
 interface ParsedHash {
-  readonly cost: { readonly N: number; readonly r: number; readonly p: number };
+  readonly cost: ScryptCost;
   readonly salt: Buffer;
   readonly key: Buffer;
 }
 
 /** Hashes a password with scrypt and a random salt: `scrypt$N=..,r=..,p=..$<salt>$<key>` (base64url). */
-export async function hashPassword(password: string): Promise<string> {
+export async function hashPassword(password: string, cost: ScryptCost = DEFAULT_COST): Promise<string> {
   const salt = randomBytes(SALT_BYTES);
-  const key = await deriveKey(password, salt, KEY_BYTES, DEFAULT_COST);
-  const { N, r, p } = DEFAULT_COST;
+  const key = await deriveKey(password, salt, KEY_BYTES, cost);
+  const { N, r, p } = cost;
   return `scrypt$N=${N},r=${r},p=${p}$${salt.toString('base64url')}$${key.toString('base64url')}`;
 }
 
@@ -56,9 +62,9 @@ function deriveKey(
   password: string,
   salt: Buffer,
   length: number,
-  cost: { readonly N: number; readonly r: number; readonly p: number },
+  cost: ScryptCost,
 ): Promise<Buffer> {
-  // scrypt needs about 128 * N * r * p bytes; Node's default cap (32 MiB) is too low for N=32768, r=8.
+  // scrypt needs about 128 * N * r * p bytes; Node's default cap (32 MiB) is too low for N=2^17, r=8 (128 MiB).
   const options: ScryptOptions = { N: cost.N, r: cost.r, p: cost.p, maxmem: 256 * cost.N * cost.r * cost.p + 1024 * 1024 };
   return new Promise((resolve, reject) => {
     scrypt(password.normalize('NFC'), salt, length, options, (error, key) => (error ? reject(error) : resolve(key)));

@@ -1,7 +1,7 @@
-/** Client authentication at /token (RFC 6749 §2.3): HTTP Basic for confidential clients, client_id for public ones. */
+/** Client authentication (RFC 6749 §2.3): client_secret_basic or client_secret_post for confidential clients, client_id for public ones. */
 import { timingSafeEqual } from 'node:crypto';
 import type { ClientRecord } from '../config/types.js';
-import { invalidClient } from '../policy/oauth-error.js';
+import { invalidClient, invalidRequest } from '../policy/oauth-error.js';
 import { single, type Params } from '../http/params.js';
 import { sha256 } from '../crypto/digest.js';
 
@@ -12,7 +12,8 @@ export interface PresentedCredentials {
   readonly basic: { readonly id: string; readonly secret: string } | undefined;
   readonly malformedBasic: boolean;
   readonly bodyClientId: string | undefined;
-  readonly bodySecret: boolean;
+  /** client_secret in the body (client_secret_post, RFC 6749 §2.3.1); undefined when absent. */
+  readonly bodySecret: string | undefined;
 }
 
 /** RFC 6749 §2.3.1: the Basic credentials are form-urlencoded before base64. */
@@ -38,7 +39,7 @@ export function readClientCredentials(authorization: string | undefined, params:
     basic,
     malformedBasic: authorization !== undefined && basic === undefined,
     bodyClientId,
-    bodySecret: params.has('client_secret'),
+    bodySecret: params.get('client_secret')?.[0],
   };
 }
 
@@ -56,11 +57,12 @@ function secretMatches(client: ClientRecord, presented: string): boolean {
   return timingSafeEqual(sha256(presented), expected);
 }
 
-/** The authenticated client, or throws invalid_client (401 with WWW-Authenticate). */
+/** The authenticated client, or throws invalid_client (401 with WWW-Authenticate); both methods at once is invalid_request (DESIGN.md §4). */
 export function authenticateClient(presented: PresentedCredentials, clients: ReadonlyMap<string, ClientRecord>): ClientRecord {
-  const { basic, bodyClientId } = presented;
-  if (presented.bodySecret) throw invalidClient('client_secret_post is not supported; send the secret with HTTP Basic');
+  const { basic, bodyClientId, bodySecret } = presented;
   if (presented.malformedBasic) throw invalidClient('the Authorization header is not valid HTTP Basic');
+  // RFC 6749 §2.3.1: a client must not use more than one authentication method in a request.
+  if (basic !== undefined && bodySecret !== undefined) throw invalidRequest('send the client secret either with HTTP Basic or in the body, not both');
   if (basic !== undefined) {
     if (bodyClientId !== undefined && bodyClientId !== basic.id) throw invalidClient('client_id does not match the credentials');
     const client = clients.get(basic.id);
@@ -70,6 +72,10 @@ export function authenticateClient(presented: PresentedCredentials, clients: Rea
   if (bodyClientId === undefined) throw invalidClient('client authentication is required');
   const client = clients.get(bodyClientId);
   if (client === undefined) throw invalidClient('client authentication failed');
-  if (client.kind === 'confidential') throw invalidClient('this client must authenticate with HTTP Basic');
+  if (bodySecret !== undefined) {
+    if (!secretMatches(client, bodySecret)) throw invalidClient('client authentication failed');
+    return client;
+  }
+  if (client.kind === 'confidential') throw invalidClient('this client must authenticate with its secret');
   return client;
 }

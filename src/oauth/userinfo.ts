@@ -45,6 +45,8 @@ export function userinfoRoutes(ctx: AppContext, store: SubjectClaimsStore): Fast
       return refuse(request, reply, 'invalid_token', 'the access token is invalid or expired');
     }
     if (!scope.includes('openid')) return refuse(request, reply, 'invalid_token', 'the access token does not carry the openid scope');
+    // DESIGN.md §7: a client_credentials token names no person (its sub is the client), so it has no claims here; only tokens a person signed in for carry auth_time.
+    if (typeof payload.auth_time !== 'number') return refuse(request, reply, 'invalid_token', 'the access token was issued to a client, not for a person');
     if (!isAddressedToProvider(payload.aud as Audience, ctx.issuer, client.audience)) {
       return refuse(request, reply, 'invalid_token', 'the access token is addressed to another resource server');
     }

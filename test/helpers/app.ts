@@ -28,7 +28,8 @@ export function client(overrides: Partial<ClientRecord> & { clientId: string }):
 }
 
 export async function testConfig(overrides: Partial<Config> = {}): Promise<Config> {
-  aliceHash ??= hashPassword(PASSWORD);
+  // Hashes with older (cheaper) parameters keep verifying; a cheap one keeps the many test sign-ins fast.
+  aliceHash ??= hashPassword(PASSWORD, { N: 2 ** 14, r: 8, p: 1 });
   const alice: UserRecord = { username: 'alice', passwordHash: await aliceHash, email: 'alice@example.org', name: 'Alice Example' };
   const clients = [
     client({ clientId: 'webapp', kind: 'confidential', secret: SECRET, refreshLifetimeMs: 720 * 3600_000, scopes: ['openid', 'profile', 'email', 'ssh'] }),

@@ -59,7 +59,8 @@ export async function createDeployment(options: { state: StateSpec; logLevel?: s
   const secretFile = join(folder, 'secrets', 'webapp');
   await writeFile(secretFile, `${SECRET}\n`, { mode: 0o600 });
   await chmod(secretFile, 0o600);
-  aliceHash ??= hashPassword(PASSWORD);
+  // Hashes with older (cheaper) parameters keep verifying; a cheap one keeps the many test sign-ins fast.
+  aliceHash ??= hashPassword(PASSWORD, { N: 2 ** 14, r: 8, p: 1 });
   const q = (text: string): string => JSON.stringify(text);
   const state = 'path' in options.state ? `path = ${q(options.state.path)}` : `url = ${q(options.state.url)}`;
   const text = `base_url = ${q(baseUrl)}
