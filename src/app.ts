@@ -78,6 +78,13 @@ export async function buildApp(options: BuildAppOptions): Promise<{ app: Fastify
     else request.log.info(line, 'request');
   });
 
+  // RFC 6797: an https issuer tells browsers to use nothing else for a year.
+  if (options.config.baseUrl.startsWith('https:')) {
+    app.addHook('onSend', async (_request, reply) => {
+      reply.header('Strict-Transport-Security', 'max-age=31536000');
+    });
+  }
+
   app.setErrorHandler(async (error, request, reply) => {
     const oauthError = toOAuthError(error, request);
     if (request.routeOptions.config?.page === true) return sendErrorPage(reply, oauthError);

@@ -1,7 +1,7 @@
 /** What every route needs, built once at start and passed down (no globals). State is passed separately, narrowed per route. */
 import type { Config } from './config/types.js';
 import type { SigningKeys } from './crypto/keys.js';
-import type { CookieSettings } from './http/cookies.js';
+import { cookieSettingsFor, type CookieSettings } from './http/cookies.js';
 import { FixedWindowLimiter } from './http/rate-limit.js';
 
 export interface AppLimits {
@@ -32,7 +32,6 @@ export interface AppContext {
   readonly now: () => number;
   readonly limits: AppLimits;
   readonly failures: FixedWindowLimiter;
-  /** Secure unless the issuer is plain http (loopback only); Path is the issuer's path. */
   readonly cookies: CookieSettings;
   /** Origins of the clients' redirect URIs, for CORS at /token, /userinfo, /device_authorization. */
   readonly clientOrigins: ReadonlySet<string>;
@@ -60,7 +59,7 @@ export function makeContext(config: Config, keys: SigningKeys, options: { now?: 
     now: options.now ?? Date.now,
     limits,
     failures: new FixedWindowLimiter(limits.failuresPerWindow, limits.failureWindowMs),
-    cookies: { path: config.basePath === '' ? '/' : config.basePath, secure: config.baseUrl.startsWith('https:') },
+    cookies: cookieSettingsFor(config.baseUrl, config.basePath),
     clientOrigins,
     sessionLifetimeMs: 12 * 3600_000,
     signInPage: (loginId) =>

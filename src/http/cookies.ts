@@ -4,9 +4,25 @@
 export interface CookieSettings {
   readonly path: string;
   readonly secure: boolean;
+  /** `__Host-` when the issuer is https with no path (RFC 6265bis §4.1.3.2: Secure, Path=/, no Domain), else none. */
+  readonly prefix: '' | '__Host-';
 }
 
-export function readCookie(header: string | undefined, name: string): string | undefined {
+/** The settings for an issuer: Secure unless plain http (loopback only), scoped to the issuer's path. */
+export function cookieSettingsFor(issuer: string, basePath: string): CookieSettings {
+  const secure = issuer.startsWith('https:');
+  return { path: basePath === '' ? '/' : basePath, secure, prefix: secure && basePath === '' ? '__Host-' : '' };
+}
+
+/** A cookie's name as sent, with the prefix the settings call for. */
+export const cookieName = (settings: CookieSettings, name: string): string => `${settings.prefix}${name}`;
+
+/** The value of the server's cookie `name` (prefixed as `settings` say) in a Cookie header. */
+export function readCookie(header: string | undefined, settings: CookieSettings, name: string): string | undefined {
+  return readRawCookie(header, cookieName(settings, name));
+}
+
+function readRawCookie(header: string | undefined, name: string): string | undefined {
   if (header === undefined) return undefined;
   for (const part of header.split(';')) {
     const eq = part.indexOf('=');
@@ -22,7 +38,7 @@ export interface CookieOptions extends CookieSettings {
 }
 
 export function serializeCookie(name: string, value: string, options: CookieOptions): string {
-  const parts = [`${name}=${value}`, `Path=${options.path}`, 'HttpOnly', 'SameSite=Lax'];
+  const parts = [`${cookieName(options, name)}=${value}`, `Path=${options.path}`, 'HttpOnly', 'SameSite=Lax'];
   if (options.maxAge !== undefined) parts.push(`Max-Age=${options.maxAge}`);
   if (options.secure) parts.push('Secure');
   return parts.join('; ');

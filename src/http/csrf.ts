@@ -2,7 +2,7 @@
 import { randomBytes, timingSafeEqual } from 'node:crypto';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { digestOf } from '../crypto/digest.js';
-import { readCookie, serializeCookie, type CookieSettings } from './cookies.js';
+import { cookieName, readCookie, serializeCookie, type CookieSettings } from './cookies.js';
 
 export const CSRF_COOKIE = 'pinpoint_csrf';
 
@@ -10,17 +10,17 @@ const TOKEN_SHAPE = /^[A-Za-z0-9_-]{43}$/;
 
 /** The token for the form about to be shown; sets the cookie when the browser has none. */
 export function csrfToken(cookies: CookieSettings, request: FastifyRequest, reply: FastifyReply): string {
-  const existing = readCookie(request.headers.cookie, CSRF_COOKIE);
+  const existing = readCookie(request.headers.cookie, cookies, CSRF_COOKIE);
   if (existing !== undefined && TOKEN_SHAPE.test(existing)) return existing;
   const token = randomBytes(32).toString('base64url');
   reply.header('Set-Cookie', serializeCookie(CSRF_COOKIE, token, cookies));
   // Later calls in the same request (a second form, a login request) see the same token.
-  request.headers.cookie = `${request.headers.cookie === undefined ? '' : `${request.headers.cookie}; `}${CSRF_COOKIE}=${token}`;
+  request.headers.cookie = `${request.headers.cookie === undefined ? '' : `${request.headers.cookie}; `}${cookieName(cookies, CSRF_COOKIE)}=${token}`;
   return token;
 }
 
-export function csrfValid(request: FastifyRequest, submitted: string | undefined): boolean {
-  const cookie = readCookie(request.headers.cookie, CSRF_COOKIE);
+export function csrfValid(cookies: CookieSettings, request: FastifyRequest, submitted: string | undefined): boolean {
+  const cookie = readCookie(request.headers.cookie, cookies, CSRF_COOKIE);
   if (cookie === undefined || submitted === undefined) return false;
   const a = Buffer.from(cookie);
   const b = Buffer.from(submitted);
@@ -33,7 +33,7 @@ export function browserBinding(cookies: CookieSettings, request: FastifyRequest,
 }
 
 /** True when the request comes from the browser `binding` was made for. */
-export function sameBrowser(request: FastifyRequest, binding: string): boolean {
-  const cookie = readCookie(request.headers.cookie, CSRF_COOKIE);
+export function sameBrowser(cookies: CookieSettings, request: FastifyRequest, binding: string): boolean {
+  const cookie = readCookie(request.headers.cookie, cookies, CSRF_COOKIE);
   return cookie !== undefined && TOKEN_SHAPE.test(cookie) && digestOf(cookie) === binding;
 }

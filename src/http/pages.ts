@@ -60,22 +60,37 @@ ${body.text}
 `;
 }
 
-/** Headers every page carries: no framing, no referrer, nothing loaded from elsewhere. */
-export function pageHeaders(reply: FastifyReply): FastifyReply {
+/**
+ * The CSP source a form on a page may end up at through redirects (CSP form-action applies to the whole redirect
+ * chain of a form submission): the origin of a client's redirect URI, or its scheme for a native app's private-use one.
+ */
+export function formTargetOf(redirectUri: string): string | undefined {
+  try {
+    const url = new URL(redirectUri);
+    if (url.origin !== 'null') return url.origin;
+    return /^[a-z][a-z0-9+.-]*:$/.test(url.protocol) ? url.protocol : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/** Headers every page carries: no framing, no referrer, nothing loaded from elsewhere, forms only to us and `formTargets`. */
+export function pageHeaders(reply: FastifyReply, formTargets: readonly string[] = []): FastifyReply {
+  const formAction = ["'self'", ...formTargets].join(' ');
   return reply
     .header('Content-Type', 'text/html; charset=utf-8')
     .header('Cache-Control', 'no-store')
     .header(
       'Content-Security-Policy',
-      "default-src 'none'; style-src 'unsafe-inline'; img-src 'self' data:; base-uri 'none'; frame-ancestors 'none'",
+      `default-src 'none'; style-src 'unsafe-inline'; img-src 'self' data:; base-uri 'none'; form-action ${formAction}; frame-ancestors 'none'`,
     )
     .header('X-Frame-Options', 'DENY')
     .header('Referrer-Policy', 'no-referrer')
     .header('X-Content-Type-Options', 'nosniff');
 }
 
-export function sendPage(reply: FastifyReply, status: number, title: string, body: Html): FastifyReply {
-  return pageHeaders(reply).code(status).send(layout(title, body));
+export function sendPage(reply: FastifyReply, status: number, title: string, body: Html, formTargets: readonly string[] = []): FastifyReply {
+  return pageHeaders(reply, formTargets).code(status).send(layout(title, body));
 }
 
 export function errorPage(reply: FastifyReply, status: number, error: string, description: string): FastifyReply {

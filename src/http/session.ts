@@ -7,8 +7,13 @@ import { readCookie, serializeCookie, type CookieSettings } from './cookies.js';
 
 export const SESSION_COOKIE = 'pinpoint_session';
 
-export async function currentSession(sessions: SessionStore, request: FastifyRequest, now: number): Promise<SessionRecord | undefined> {
-  const value = readCookie(request.headers.cookie, SESSION_COOKIE);
+export async function currentSession(
+  sessions: SessionStore,
+  cookies: CookieSettings,
+  request: FastifyRequest,
+  now: number,
+): Promise<SessionRecord | undefined> {
+  const value = readCookie(request.headers.cookie, cookies, SESSION_COOKIE);
   if (value === undefined || value.length === 0 || value.length > 100) return undefined;
   return sessions.findSession(digestOf(value), now);
 }

@@ -172,7 +172,7 @@ export function federationRoutes(ctx: AppContext, store: FederationStores): Fast
           ? undefined
           : await store.takeFederationState(state, ctx.now());
       const upstream = pending === undefined ? undefined : ctx.config.federations.get(pending.upstream);
-      if (pending === undefined || upstream === undefined || !sameBrowser(request, pending.browser)) {
+      if (pending === undefined || upstream === undefined || !sameBrowser(ctx.cookies, request, pending.browser)) {
         return sendErrorPage(reply, expiredUpstreamSignIn());
       }
 

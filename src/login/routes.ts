@@ -5,7 +5,7 @@ import type { AppContext } from '../context.js';
 import { hashPassword, verifyPassword } from '../crypto/password.js';
 import { csrfToken, csrfValid } from '../http/csrf.js';
 import { expiredSignIn, isLoginId } from '../http/login-request.js';
-import { html, sendPage } from '../http/pages.js';
+import { formTargetOf, html, sendPage } from '../http/pages.js';
 import { EMPTY_PARAMS, single, type Params } from '../http/params.js';
 import { sendErrorPage } from '../http/render-error.js';
 import { startSession } from '../http/session.js';
@@ -54,7 +54,10 @@ export function loginRoutes(ctx: AppContext, store: SignInStores): FastifyPlugin
   // Verified against when the user is unknown, so timing does not tell which usernames exist.
   let unknownUserHash: Promise<string> | undefined;
   function showForm(request: FastifyRequest, reply: FastifyReply, status: number, state: FormState): FastifyReply {
-    return sendPage(reply, status, 'Sign in', signInBody(ctx, csrfToken(ctx.cookies, request, reply), state));
+    const { purpose } = state.pending;
+    // After sign-in the browser goes on (through /authorize/resume) to the client's redirect URI.
+    const target = purpose.kind === 'authorize' ? formTargetOf(purpose.authorization.redirectUri) : undefined;
+    return sendPage(reply, status, 'Sign in', signInBody(ctx, csrfToken(ctx.cookies, request, reply), state), target === undefined ? [] : [target]);
   }
 
   /** Per-user and per-address attempt limits (DESIGN.md §4), kept in the store so instances share them. */
@@ -86,7 +89,7 @@ export function loginRoutes(ctx: AppContext, store: SignInStores): FastifyPlugin
       if (pending === undefined || loginId === undefined) return sendErrorPage(reply, expiredSignIn());
       const username = single(form, 'username') ?? '';
       const password = form.get('password')?.[0] ?? '';
-      if (!csrfValid(request, single(form, 'csrf'))) {
+      if (!csrfValid(ctx.cookies, request, single(form, 'csrf'))) {
         request.outcome = 'csrf';
         return showForm(request, reply, 400, { loginId, pending, username, message: 'The form expired. Please sign in again.' });
       }

@@ -50,7 +50,7 @@ export function authorizeRoutes(ctx: AppContext, store: AuthorizeStores): Fastif
     const authorization = validation.request;
     request.clientId = authorization.clientId;
 
-    const session = await currentSession(store, request, ctx.now());
+    const session = await currentSession(store, ctx.cookies, request, ctx.now());
     if (session === undefined || !sessionSatisfies(authorization, session, ctx.now())) {
       if (authorization.prompt === 'none') {
         request.outcome = 'login_required';
@@ -67,11 +67,11 @@ export function authorizeRoutes(ctx: AppContext, store: AuthorizeStores): Fastif
     const loginId = single(parseParams(queryOf(request.url)), 'login');
     const now = ctx.now();
     const pending = isLoginId(loginId) ? await store.findLoginRequest(loginId, now) : undefined;
-    if (pending === undefined || pending.purpose.kind !== 'authorize' || !sameBrowser(request, pending.browser)) {
+    if (pending === undefined || pending.purpose.kind !== 'authorize' || !sameBrowser(ctx.cookies, request, pending.browser)) {
       return sendErrorPage(reply, expiredSignIn());
     }
     const authorization = pending.purpose.authorization;
-    const session = await currentSession(store, request, now);
+    const session = await currentSession(store, ctx.cookies, request, now);
     // Not (or no longer) signed in as the request asks: back to sign-in, same login request.
     if (session === undefined || !sessionSatisfies(authorization, session, now, pending.createdAt)) {
       return pageHeaders(reply).redirect(ctx.signInPage(pending.id), 303);
