@@ -20,7 +20,7 @@ import { userinfoRoutes } from './oauth/userinfo.js';
 import type { SigningKeys } from './crypto/keys.js';
 import type { Store } from './store/types.js';
 
-import { createLogger } from './log.js';
+import { bounded, createLogger } from './log.js';
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -64,18 +64,25 @@ export async function buildApp(options: BuildAppOptions): Promise<{ app: Fastify
   // The body is a Params map; formbody types it as a record, hence the cast.
   await app.register(formbody, { parser: parseParams as unknown as (text: string) => Record<string, unknown>, bodyLimit: LIMITS.bodyBytes });
 
-  // One access-log line per request, with chosen fields only: never a query string, header or body.
+  // One access-log line per request, with chosen fields only (DESIGN.md §10): never a query string, header or body,
+  // and a value taken from the request at most 256 characters long.
   app.addHook('onResponse', async (request, reply) => {
     const line = {
       method: request.method,
-      path: request.url.split('?')[0],
+      path: bounded(request.url.split('?')[0]),
       status: reply.statusCode,
-      client_id: request.clientId,
-      outcome: request.outcome ?? (reply.statusCode < 400 ? 'ok' : 'error'),
       ms: Math.round(reply.elapsedTime),
+      // reqId comes from the request logger's bindings.
+      address: request.ip,
+      client_id: bounded(request.clientId),
+      outcome: request.outcome ?? (reply.statusCode < 400 ? 'ok' : 'error'),
     };
     if (reply.statusCode >= 500) request.log.error(line, 'request');
     else request.log.info(line, 'request');
+  });
+  // Every answer names its request, so an operator can find its log lines (DESIGN.md §10).
+  app.addHook('onRequest', async (request, reply) => {
+    reply.header('X-Request-Id', request.id);
   });
 
   // RFC 6797: an https issuer tells browsers to use nothing else for a year.

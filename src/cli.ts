@@ -4,6 +4,7 @@ import { ConfigInvalid, formatProblem, loadConfig } from './config/load.js';
 import { describeConfig, describeInvalid, renderReport, type CheckReport, type ProbeResult } from './config/report.js';
 import type { Config } from './config/types.js';
 import { hashPassword } from './crypto/password.js';
+import { VERSION } from './version.js';
 
 const USAGE = `usage:
   pinpoint serve --config FILE            run the server (PINPOINT_CONFIG may replace --config)
@@ -11,6 +12,7 @@ const USAGE = `usage:
                                           validate the configuration and show what it sets up;
                                           --probe also asks each federation issuer for its metadata
   pinpoint hash-password                  read a password on stdin, print its password_hash
+  pinpoint --version                      print the version
 `;
 
 const PROBE_TIMEOUT_MS = 5000;
@@ -20,6 +22,11 @@ class UsageError extends Error {}
 
 async function main(argv: readonly string[]): Promise<number> {
   const [command, ...rest] = argv;
+  if (command === '--version' || command === 'version') {
+    if (rest.length > 0) throw new UsageError(`${command} takes no arguments`);
+    process.stdout.write(`${VERSION}\n`);
+    return 0;
+  }
   const { values } = parseArgs({
     args: [...rest],
     options: {
@@ -88,7 +95,9 @@ async function check(file: string, json: boolean, probe: boolean): Promise<numbe
     report = describeInvalid(file, error.problems, error.warnings);
   }
   process.stdout.write(json ? `${JSON.stringify(report, null, 2)}\n` : renderReport(report));
-  return report.valid ? 0 : 1;
+  // DESIGN.md §2: a failed probe exits 1 like an invalid configuration.
+  const probeFailed = report.signIn?.federations.some((federation) => federation.probe?.ok === false) ?? false;
+  return report.valid && !probeFailed ? 0 : 1;
 }
 
 async function withProbes(report: CheckReport): Promise<CheckReport> {

@@ -3,6 +3,7 @@ import { readFile } from 'node:fs/promises';
 import { buildApp } from './app.js';
 import type { Config } from './config/types.js';
 import { createLogger } from './log.js';
+import { VERSION } from './version.js';
 import { openStore } from './store/open.js';
 import { loadSigningKeys } from './crypto/keys.js';
 
@@ -12,6 +13,8 @@ const SWEEP_INTERVAL_MS = 60_000;
 export async function serve(config: Config, warnings: readonly string[]): Promise<void> {
   const logger = createLogger(config.logLevel);
   for (const warning of warnings) logger.warn(warning);
+  // DESIGN.md §2: warnings are printed at once, not when the 4 KiB log buffer fills.
+  logger.flush();
   // The loader already warned about in-memory state; the store's own warnings are about connections.
   const store = await openStore(config.state, { warn: (message) => logger.warn(message) }).catch((error: unknown) => {
     const cause = (error as Error).cause instanceof Error ? `: ${((error as Error).cause as Error).message}` : '';
@@ -54,7 +57,19 @@ export async function serve(config: Config, warnings: readonly string[]): Promis
   process.once('SIGINT', () => stop('SIGINT'));
 
   await app.listen({ host: config.listen.host, port: config.listen.port });
-  logger.info({ issuer: config.baseUrl, listen: `${config.listen.host}:${config.listen.port}`, state: store.description, tls: config.tls.mode }, 'pinpoint is serving');
+  logger.info(
+    {
+      version: VERSION,
+      issuer: config.baseUrl,
+      listen: `${config.listen.host}:${config.listen.port}`,
+      state: store.description,
+      tls: config.tls.mode,
+      keys: keys.jwks.keys.map((key) => key.kid),
+    },
+    'pinpoint is serving',
+  );
+  // The start line goes out at once; request logging stays asynchronous.
+  logger.flush();
 }
 
 /** The store as the operator configured it, without a password. */

@@ -236,17 +236,27 @@ client "spa" {
 `,
       });
       const { code, stdout } = await run(['check', '--config', join(folder, 'config.hcl'), '--probe', '--json']);
-      assert.equal(code, 0, stdout);
+      assert.equal(code, 1, 'a failed probe exits 1 (DESIGN.md §2)');
       const federations = JSON.parse(stdout).signIn.federations as { name: string; probe: { ok: boolean; detail: string } }[];
       assert.equal(federations.find((f) => f.name === 'good')?.probe.ok, true);
       const mismatch = federations.find((f) => f.name === 'wrong')?.probe;
       assert.equal(mismatch?.ok, false);
       assert.match(mismatch?.detail ?? '', /someone-else/);
       const human = await run(['check', '--config', join(folder, 'config.hcl'), '--probe']);
+      assert.equal(human.code, 1);
       assert.match(human.stdout, /federation "good" .* probe: ok/);
       assert.match(human.stdout, /federation "wrong" .* probe: FAILED/);
       assert.match(human.stdout, /^client "spa" \(public\)$/m);
+      const withoutProbe = await run(['check', '--config', join(folder, 'config.hcl')]);
+      assert.equal(withoutProbe.code, 0, 'the same valid file without --probe exits 0');
     });
+  });
+
+  test('pinpoint --version prints the package version', async () => {
+    const { code, stdout } = await run(['--version']);
+    assert.equal(code, 0);
+    const { version } = JSON.parse(await readFile(new URL('../package.json', import.meta.url), 'utf8')) as { version: string };
+    assert.equal(stdout, `${version}\n`);
   });
 });
 

@@ -80,4 +80,28 @@ describe('logs hold no secret, at level trace, through a real socket', () => {
       }
     }
   });
+
+  test('access lines: address and request id; X-Request-Id on every answer, never copied from the client; request values cut at 256 characters', async () => {
+    const longClient = 'c'.repeat(10_000);
+    const response = await fetch(`http://127.0.0.1:${port}/token`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/x-www-form-urlencoded', 'x-request-id': 'chosen-by-the-client' },
+      body: form([['grant_type', 'client_credentials'], ['client_id', longClient]]),
+    });
+    assert.equal(response.status, 401);
+    const requestId = response.headers.get('x-request-id');
+    assert.match(requestId ?? '', /^[0-9a-f-]{36}$/);
+    const notFound = await fetch(`http://127.0.0.1:${port}/${'p'.repeat(5000)}`);
+    assert.match(notFound.headers.get('x-request-id') ?? '', /^[0-9a-f-]{36}$/);
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    const records = lines.map((line) => JSON.parse(line) as Record<string, unknown>).filter((record) => record.msg === 'request');
+    const line = records.find((record) => record.reqId === requestId);
+    assert.ok(line, 'the access line carries the request id sent back');
+    assert.equal(line.address, '127.0.0.1');
+    assert.equal(line.path, '/token');
+    assert.ok(String(line.client_id).length <= 257, 'the client_id is cut');
+    assert.ok(!JSON.stringify(records).includes('chosen-by-the-client'));
+    assert.ok(records.every((record) => String(record.path).length <= 257), 'paths are cut');
+    assert.ok(lines.every((entry) => entry.length < 4096), 'no line grows with what the client sent');
+  });
 });

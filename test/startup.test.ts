@@ -1,0 +1,38 @@
+/** DESIGN.md §2: `pinpoint serve` prints its start line and every warning at once, not when the log buffer fills. */
+import assert from 'node:assert/strict';
+import { chmod, readFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { after, describe, test } from 'node:test';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { createDeployment, removeDeployment, startPinpoint, type Deployment, type PinpointProcess } from './helpers/process.js';
+
+describe('pinpoint serve at start', () => {
+  let deployment: Deployment | undefined;
+  let server: PinpointProcess | undefined;
+  after(async () => {
+    await server?.stop();
+    await removeDeployment(deployment);
+  });
+
+  test('version, issuer, listen address, state store and key ids, and the warnings, while the server runs', async () => {
+    deployment = await createDeployment({ state: { path: 'data/pinpoint.db' } });
+    // A secret file others can read earns a warning (DESIGN.md §3).
+    await chmod(join(deployment.folder, 'secrets', 'webapp'), 0o644);
+    server = await startPinpoint(deployment);
+    // Ready answers before the last start line is read from the pipe; the lines must come without more traffic.
+    for (let i = 0; i < 50 && !server.logs.some((record) => record.msg === 'pinpoint is serving'); i++) await sleep(20);
+    const start = server.logs.find((record) => record.msg === 'pinpoint is serving');
+    assert.ok(start, `the start line is printed while the server runs:\n${server.output}`);
+    const { version } = JSON.parse(await readFile(new URL('../package.json', import.meta.url), 'utf8')) as { version: string };
+    assert.equal(start.version, version);
+    assert.equal(start.issuer, deployment.baseUrl);
+    assert.equal(start.listen, `127.0.0.1:${deployment.port}`);
+    assert.match(String(start.state), /^sqlite .*pinpoint\.db$/);
+    assert.ok(Array.isArray(start.keys) && start.keys.length >= 2 && (start.keys as unknown[]).every((kid) => typeof kid === 'string'));
+    assert.ok(
+      server.logs.some((record) => record.level === 40 && /accessible by group or others/.test(String(record.msg))),
+      `the warning is printed at once:\n${server.output}`,
+    );
+    assert.equal(server.hasExited, false);
+  });
+});
