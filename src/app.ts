@@ -5,9 +5,12 @@ import Fastify, { LogController, type FastifyInstance } from 'fastify';
 import type { Logger } from 'pino';
 import { makeContext, type AppContext, type AppLimits } from './context.js';
 import type { Config } from './config/types.js';
+import { clientErrorHandler, isApiPath } from './http/client-error.js';
 import { registerCors } from './http/cors.js';
+import { countFailure } from './http/failure-limit.js';
 import { LIMITS, parseParams } from './http/params.js';
 import { sendErrorPage, sendJsonError, toOAuthError } from './http/render-error.js';
+import { OAuthError } from './policy/oauth-error.js';
 import { devicePageRoutes } from './login/device-page.js';
 import { federationRoutes } from './login/federation.js';
 import { loginRoutes } from './login/routes.js';
@@ -53,6 +56,7 @@ export async function buildApp(options: BuildAppOptions): Promise<{ app: Fastify
     genReqId: () => randomUUID(),
     requestIdHeader: false,
     return503OnClosing: true,
+    clientErrorHandler: clientErrorHandler(options.config.basePath),
     ...(options.https ? { https: options.https } : {}),
   }) as unknown as FastifyInstance;
 
@@ -94,12 +98,17 @@ export async function buildApp(options: BuildAppOptions): Promise<{ app: Fastify
 
   app.setErrorHandler(async (error, request, reply) => {
     const oauthError = toOAuthError(error, request);
+    // Malformed requests (bad bodies, NUL bytes, ...) are failures of their address too (DESIGN.md §4).
+    countFailure(ctx.failures, request.ip, undefined, oauthError.status, ctx.now());
     if (request.routeOptions.config?.page === true) return sendErrorPage(reply, oauthError);
     return sendJsonError(reply, oauthError);
   });
   app.setNotFoundHandler(async (request, reply) => {
-    request.outcome = 'not_found';
-    return reply.code(404).send({ error: 'not_found', error_description: 'no such endpoint' });
+    const notFound = new OAuthError('not_found', 'no such endpoint', 404);
+    // DESIGN.md §4: a browser asking for a page gets the HTML error page.
+    const path = request.url.split('?')[0] ?? '';
+    if (!isApiPath(path, options.config.basePath) && /\btext\/html\b/.test(request.headers.accept ?? '')) return sendErrorPage(reply, notFound);
+    return sendJsonError(reply, notFound);
   });
 
   // RFC 8414 §3.1 copies of the metadata live outside the prefix, and answer CORS like the others (DESIGN.md §4).

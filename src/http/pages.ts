@@ -93,13 +93,25 @@ export function sendPage(reply: FastifyReply, status: number, title: string, bod
   return pageHeaders(reply, formTargets).code(status).send(layout(title, body));
 }
 
-export function errorPage(reply: FastifyReply, status: number, error: string, description: string): FastifyReply {
-  return sendPage(
-    reply,
-    status,
+/** The error page's HTML, also for answers written straight to a socket (requests Node's parser refuses). */
+export function errorPageHtml(error: string, description: string): string {
+  return layout(
     'Something went wrong',
     html`<h1>This request cannot be completed</h1>
 <p class="error" role="alert"><strong>${error}</strong>: ${description}</p>
 <p class="muted">Go back to the application you came from and try again.</p>`,
   );
 }
+
+export function errorPage(reply: FastifyReply, status: number, error: string, description: string): FastifyReply {
+  return pageHeaders(reply).code(status).send(errorPageHtml(error, description));
+}
+
+/** The headers of pageHeaders as raw header lines, for answers written straight to a socket. */
+export const RAW_PAGE_HEADERS = [
+  'Content-Type: text/html; charset=utf-8',
+  'Cache-Control: no-store',
+  "Content-Security-Policy: default-src 'none'; style-src 'unsafe-inline'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'",
+  'X-Frame-Options: DENY',
+  'X-Content-Type-Options: nosniff',
+] as const;

@@ -3,10 +3,16 @@ import { OAuthError } from '../policy/oauth-error.js';
 
 export type Params = ReadonlyMap<string, readonly string[]>;
 
-/** application/x-www-form-urlencoded (WHATWG), keeping repeats so they can be refused or collected. */
+/** DESIGN.md §7: a NUL byte in any parameter is invalid_request on every store (PostgreSQL text cannot hold one). */
+const nulByte = (): OAuthError => new OAuthError('invalid_request', 'a parameter contains a NUL byte');
+
+/** application/x-www-form-urlencoded (WHATWG), keeping repeats so they can be refused or collected; throws on a NUL byte. */
 export function parseParams(text: string): Params {
   const params = new Map<string, string[]>();
+  // Only a text holding %00 or a raw NUL can decode to one, so most requests pay one scan.
+  const mayHoldNul = text.includes('%00') || text.includes('\0');
   for (const [name, value] of new URLSearchParams(text)) {
+    if (mayHoldNul && (name.includes('\0') || value.includes('\0'))) throw nulByte();
     const values = params.get(name);
     if (values === undefined) params.set(name, [value]);
     else values.push(value);

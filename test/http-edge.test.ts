@@ -1,0 +1,135 @@
+/** DESIGN.md §4, §7 at the HTTP edge: requests Node's parser refuses, unknown paths, NUL bytes. Real sockets where it matters. */
+import assert from 'node:assert/strict';
+import { connect } from 'node:net';
+import { after, before, describe, test } from 'node:test';
+import { authorizeUrl, basic, cookieJar, form, hiddenInput, pkce, postToken, REDIRECT, SECRET, testApp, type TestApp } from './helpers/app.js';
+
+/** Writes `bytes` on one keep-alive connection and collects everything until the server closes it; a reset rejects. */
+function exchange(port: number, bytes: Buffer): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const socket = connect(port, '127.0.0.1');
+    const chunks: Buffer[] = [];
+    socket.setTimeout(8000, () => reject(new Error('the server neither answered nor closed')));
+    socket.on('data', (chunk) => chunks.push(chunk));
+    socket.on('error', reject);
+    socket.on('end', () => {
+      socket.end();
+      resolve(Buffer.concat(chunks).toString('utf8'));
+    });
+    socket.write(bytes);
+  });
+}
+
+const raw = (...parts: (string | number[])[]): Buffer => Buffer.concat(parts.map((part) => (typeof part === 'string' ? Buffer.from(part, 'latin1') : Buffer.from(part))));
+
+describe('requests Node\'s HTTP parser refuses', () => {
+  let t: TestApp;
+  let port: number;
+  before(async () => {
+    t = await testApp();
+    await t.app.listen({ host: '127.0.0.1', port: 0 });
+    port = (t.app.server.address() as { port: number }).port;
+  });
+  after(async () => t.app.close());
+
+  test('raw non-ASCII bytes in an API path: 400 JSON in the contract shape, Connection: close, no reset', async () => {
+    const answer = await exchange(port, raw('POST /token?x=', [0xff, 0xfe], ' HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: keep-alive\r\n\r\n'));
+    assert.match(answer, /^HTTP\/1\.1 400 Bad Request\r\n/);
+    assert.match(answer, /\r\nConnection: close\r\n/i);
+    const body = JSON.parse(answer.slice(answer.indexOf('\r\n\r\n') + 4)) as { error: string; error_description: string };
+    assert.equal(body.error, 'invalid_request');
+    assert.equal(typeof body.error_description, 'string');
+  });
+
+  test('a malformed header on a page path: the HTML error page, Connection: close', async () => {
+    const answer = await exchange(port, raw('GET /authorize HTTP/1.1\r\nHost: 127.0.0.1\r\nthis line is no header\r\n\r\n'));
+    assert.match(answer, /^HTTP\/1\.1 400 Bad Request\r\n/);
+    assert.match(answer, /\r\nContent-Type: text\/html/i);
+    assert.match(answer, /\r\nConnection: close\r\n/i);
+    assert.match(answer, /frame-ancestors 'none'/);
+    assert.match(answer, /<!doctype html>[\s\S]*invalid_request/);
+  });
+
+  test('a refused request followed by more pipelined data: the answer is read whole, not reset', async () => {
+    const garbage = 'x'.repeat(64 * 1024);
+    const answers = await Promise.all(
+      Array.from({ length: 20 }, () => exchange(port, raw('GET /jwks HTTP/1.1\r\nHost: 127.0.0.1\r\nBad Header Line\r\n\r\n', garbage))),
+    );
+    for (const answer of answers) assert.match(answer, /^HTTP\/1\.1 400 [\s\S]*"error":"invalid_request"/);
+  });
+
+  test('the server keeps serving afterwards', async () => {
+    const response = await fetch(`http://127.0.0.1:${port}/healthz`);
+    assert.equal(response.status, 200);
+  });
+});
+
+describe('unknown paths', () => {
+  let t: TestApp;
+  before(async () => {
+    t = await testApp();
+  });
+  after(async () => t.app.close());
+
+  test('a browser (Accept: text/html) gets the HTML error page; others get JSON', async () => {
+    const page = await t.app.inject({ url: '/nowhere', headers: { accept: 'text/html,application/xhtml+xml;q=0.9,*/*;q=0.8' } });
+    assert.equal(page.statusCode, 404);
+    assert.match(String(page.headers['content-type']), /^text\/html/);
+    assert.match(page.body, /not_found/);
+    assert.match(String(page.headers['content-security-policy']), /frame-ancestors 'none'/);
+    const json = await t.app.inject({ url: '/nowhere' });
+    assert.equal(json.statusCode, 404);
+    assert.deepEqual(json.json(), { error: 'not_found', error_description: 'no such endpoint' });
+    const api = await t.app.inject({ url: '/.well-known/nothing', headers: { accept: 'text/html' } });
+    assert.match(String(api.headers['content-type']), /^application\/json/, 'an API path stays JSON');
+  });
+});
+
+describe('a NUL byte in any parameter is invalid_request (DESIGN.md §7)', () => {
+  let t: TestApp;
+  before(async () => {
+    t = await testApp();
+  });
+  after(async () => t.app.close());
+
+  const authorizePairs = (extra: [string, string][]): [string, string][] => [
+    ['response_type', 'code'],
+    ['client_id', 'webapp'],
+    ['redirect_uri', REDIRECT],
+    ['scope', 'openid'],
+    ['code_challenge', pkce().challenge],
+    ['code_challenge_method', 'S256'],
+    ...extra,
+  ];
+
+  test('/authorize: the error page, HTTP 400, no redirect', async () => {
+    for (const extra of [[['state', 'a\0b']], [['nonce', '\0']], [['resource', 'https://api.example.org/\0']]] as [string, string][][]) {
+      const response = await t.app.inject({ url: authorizeUrl(authorizePairs(extra)) });
+      assert.equal(response.statusCode, 400, JSON.stringify(extra));
+      assert.equal(response.headers.location, undefined);
+      assert.match(response.body, /NUL byte/);
+    }
+  });
+
+  test('/token: JSON invalid_request', async () => {
+    const response = await postToken(t.app, [['grant_type', 'client_credentials'], ['scope', 'read\0']], basic('service', SECRET));
+    assert.equal(response.statusCode, 400);
+    assert.deepEqual(response.json(), { error: 'invalid_request', error_description: 'a parameter contains a NUL byte' });
+  });
+
+  test('the sign-in form: the error page, nobody signed in', async () => {
+    const start = await t.app.inject({ url: authorizeUrl(authorizePairs([])) });
+    let cookies = cookieJar('', start);
+    const page = await t.app.inject({ url: String(start.headers.location), headers: { cookie: cookies } });
+    cookies = cookieJar(cookies, page);
+    const response = await t.app.inject({
+      method: 'POST',
+      url: '/login',
+      headers: { cookie: cookies, 'content-type': 'application/x-www-form-urlencoded' },
+      payload: form([['csrf', hiddenInput(page.body, 'csrf')], ['login', hiddenInput(page.body, 'login')], ['username', 'ali\0ce'], ['password', 'x']]),
+    });
+    assert.equal(response.statusCode, 400);
+    assert.match(String(response.headers['content-type']), /^text\/html/);
+    assert.ok(!String(response.headers['set-cookie'] ?? '').includes('pinpoint_session='));
+  });
+});
