@@ -111,28 +111,11 @@ export async function buildApp(options: BuildAppOptions): Promise<{ app: Fastify
     return sendJsonError(reply, notFound);
   });
 
-  // RFC 8414 §3.1 copies of the metadata live outside the prefix, and answer CORS like the others (DESIGN.md §4).
-  await app.register(async (root) => {
-    const basePath = ctx.config.basePath;
-    registerCors(
-      root,
-      ctx.clientOrigins,
-      basePath === ''
-        ? {}
-        : { [`/.well-known/openid-configuration${basePath}`]: 'any', [`/.well-known/oauth-authorization-server${basePath}`]: 'any' },
-    );
-    await root.register(wellKnownAtRoot(ctx));
-  });
+  await registerCors(app, ctx.config.basePath, () => ctx.clientOrigins);
+  // RFC 8414 §3.1 copies of the metadata live outside the prefix.
+  await app.register(wellKnownAtRoot(ctx));
   await app.register(
     async (scoped) => {
-      registerCors(scoped, ctx.clientOrigins, {
-        '/token': 'clients',
-        '/userinfo': 'clients',
-        '/device_authorization': 'clients',
-        '/jwks': 'any',
-        '/.well-known/openid-configuration': 'any',
-        '/.well-known/oauth-authorization-server': 'any',
-      });
       await scoped.register(metadataRoutes(ctx));
       // Each plugin gets the narrow part of the store it uses (its parameter type says which).
       await scoped.register(healthRoutes(store));

@@ -182,6 +182,24 @@ describe('CORS', () => {
     assert.equal(refused.headers['access-control-allow-methods'], undefined);
   });
 
+  test('scripts may read WWW-Authenticate and Retry-After; no unsupported request header (DPoP) is advertised', async () => {
+    const refused = await t.app.inject({
+      method: 'POST',
+      url: '/token',
+      headers: { origin: CLIENT_ORIGIN, 'content-type': 'application/x-www-form-urlencoded', authorization: basic('service', 'wrong') },
+      payload: 'grant_type=client_credentials',
+    });
+    assert.equal(refused.statusCode, 401);
+    const exposed = String(refused.headers['access-control-expose-headers']).toLowerCase();
+    assert.ok(exposed.includes('www-authenticate') && exposed.includes('retry-after'), exposed);
+    const preflight = await t.app.inject({
+      method: 'OPTIONS',
+      url: '/token',
+      headers: { origin: CLIENT_ORIGIN, 'access-control-request-method': 'POST', 'access-control-request-headers': 'authorization' },
+    });
+    assert.doesNotMatch(String(preflight.headers['access-control-allow-headers']), /dpop/i);
+  });
+
   test('preflight OPTIONS /jwks and metadata: any origin', async () => {
     for (const url of ['/jwks', '/.well-known/openid-configuration']) {
       const response = await t.app.inject({ method: 'OPTIONS', url, headers: { origin: OTHER_ORIGIN, 'access-control-request-method': 'GET' } });

@@ -1,44 +1,60 @@
-/** CORS (DESIGN.md §4): metadata and JWKS for any origin; token-ish endpoints for the clients' origins. */
-import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-
-export type CorsPolicy = 'any' | 'clients' | 'none';
+/**
+ * CORS (DESIGN.md §4) through @fastify/cors: metadata and JWKS for any origin; the token-ish endpoints for the
+ * origins of clients' redirect URIs (no credentials mode); /authorize and the pages for none.
+ */
+import cors, { type FastifyCorsOptions } from '@fastify/cors';
+import type { FastifyInstance, FastifyRequest } from 'fastify';
 
 declare module 'fastify' {
   interface FastifyContextConfig {
-    cors?: CorsPolicy;
     /** Errors on this route render as an HTML page instead of JSON. */
     page?: boolean;
   }
 }
 
-function allowedOrigin(policy: CorsPolicy, origin: string | undefined, clientOrigins: ReadonlySet<string>): string | undefined {
-  if (origin === undefined || policy === 'none') return undefined;
-  if (policy === 'any') return '*';
-  return clientOrigins.has(origin) ? origin : undefined;
+export type CorsPolicy = 'any' | 'clients';
+
+/** Endpoints under the issuer's path and who may call them from a script. */
+const POLICIES: Readonly<Record<string, CorsPolicy>> = {
+  '/token': 'clients',
+  '/userinfo': 'clients',
+  '/device_authorization': 'clients',
+  '/revoke': 'clients',
+  '/jwks': 'any',
+};
+
+/** Scripts may read these (RFC 6750 challenges, 429 back-off); nothing else beyond the CORS-safelisted ones. */
+const EXPOSED = ['WWW-Authenticate', 'Retry-After'];
+const COMMON: FastifyCorsOptions = {
+  methods: ['GET', 'POST'],
+  // Only the request headers Pinpoint reads (no DPoP: it does not support it).
+  allowedHeaders: ['Authorization', 'Content-Type'],
+  exposedHeaders: EXPOSED,
+  credentials: false,
+  maxAge: 600,
+  strictPreflight: false,
+};
+
+export function policyOf(path: string, basePath: string): CorsPolicy | undefined {
+  // RFC 8414 §3.1 copies of the metadata live outside the issuer's path.
+  if (path.startsWith('/.well-known/')) return 'any';
+  if (basePath !== '' && !path.startsWith(`${basePath}/`)) return undefined;
+  const rest = path.slice(basePath.length);
+  if (rest.startsWith('/.well-known/')) return 'any';
+  return POLICIES[rest];
 }
 
-function applyCors(request: FastifyRequest, reply: FastifyReply, clientOrigins: ReadonlySet<string>): string | undefined {
-  const policy = request.routeOptions.config.cors ?? 'none';
-  const allowed = allowedOrigin(policy, request.headers.origin, clientOrigins);
-  if (policy === 'clients') reply.header('Vary', 'Origin');
-  if (allowed !== undefined) reply.header('Access-Control-Allow-Origin', allowed);
-  return allowed;
-}
-
-export function registerCors(app: FastifyInstance, clientOrigins: ReadonlySet<string>, paths: Record<string, CorsPolicy>): void {
-  app.addHook('onRequest', async (request, reply) => {
-    applyCors(request, reply, clientOrigins);
+/** Registers CORS for the whole server; `clientOrigins` is read on every request, so it may grow (dynamic clients). */
+export async function registerCors(app: FastifyInstance, basePath: string, clientOrigins: () => ReadonlySet<string>): Promise<void> {
+  await app.register(cors, {
+    hook: 'onRequest',
+    delegator: (request: FastifyRequest, callback: (error: Error | null, options?: FastifyCorsOptions) => void) => {
+      const origin = request.headers.origin;
+      const policy = policyOf(request.url.split('?')[0] ?? '', basePath);
+      if (origin === undefined || policy === undefined) return callback(null, { origin: false });
+      if (policy === 'any') return callback(null, { ...COMMON, origin: '*' });
+      // An origin that is not a client's gets no CORS headers at all (and its preflight finds no route).
+      return callback(null, clientOrigins().has(origin) ? { ...COMMON, origin } : { origin: false });
+    },
   });
-  for (const [path, policy] of Object.entries(paths)) {
-    app.options(path, { config: { cors: policy } }, async (request, reply) => {
-      const allowed = applyCors(request, reply, clientOrigins);
-      if (allowed !== undefined) {
-        reply
-          .header('Access-Control-Allow-Methods', 'GET, POST, OPTIONS')
-          .header('Access-Control-Allow-Headers', 'Authorization, Content-Type, DPoP')
-          .header('Access-Control-Max-Age', '600');
-      }
-      return reply.code(204).send();
-    });
-  }
 }

@@ -37,7 +37,7 @@ export function deviceAuthorizationRoutes(ctx: AppContext, store: DeviceCodeStor
   }
 
   return async (app) => {
-    app.post('/device_authorization', { config: { cors: 'clients' } }, async (request, reply) =>
+    app.post('/device_authorization', async (request, reply) =>
       handleFormEndpoint(ctx, request, reply, async (params, presented) => {
         const client = authenticateClient(presented, ctx.config.clients);
         if (client.kind !== 'device') throw new OAuthError('unauthorized_client', 'this client may not use the device authorization flow');

@@ -36,7 +36,7 @@ export function serverMetadata(ctx: AppContext): Record<string, unknown> {
 }
 
 function sendMetadata(app: FastifyInstance, path: string, ctx: AppContext): void {
-  app.get(path, { config: { cors: 'any' } }, async (_request, reply) =>
+  app.get(path, async (_request, reply) =>
     reply.header('Cache-Control', 'public, max-age=300').send(serverMetadata(ctx)),
   );
 }
@@ -45,7 +45,7 @@ export function metadataRoutes(ctx: AppContext): FastifyPluginAsync {
   return async (app) => {
     sendMetadata(app, '/.well-known/openid-configuration', ctx);
     sendMetadata(app, '/.well-known/oauth-authorization-server', ctx);
-    app.get('/jwks', { config: { cors: 'any' } }, async (_request, reply) =>
+    app.get('/jwks', async (_request, reply) =>
       reply.header('Cache-Control', 'public, max-age=300').header('Content-Type', 'application/jwk-set+json').send(ctx.keys.jwks),
     );
   };

@@ -30,7 +30,7 @@ export function grantTable(ctx: AppContext, store: TokenStores): GrantTable {
 export function tokenRoutes(ctx: AppContext, store: TokenStores): FastifyPluginAsync {
   const grants = grantTable(ctx, store);
   return async (app) => {
-    app.post('/token', { config: { cors: 'clients' } }, async (request, reply) =>
+    app.post('/token', async (request, reply) =>
       handleFormEndpoint(ctx, request, reply, async (params, presented) => {
         const grantType = single(params, 'grant_type');
         if (grantType === undefined) throw new OAuthError('invalid_request', 'grant_type is required');

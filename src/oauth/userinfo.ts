@@ -57,7 +57,7 @@ export function userinfoRoutes(ctx: AppContext, store: SubjectClaimsStore): Fast
   }
 
   return async (app) => {
-    app.get('/userinfo', { config: { cors: 'clients' } }, handle);
-    app.post('/userinfo', { config: { cors: 'clients' } }, handle);
+    app.get('/userinfo', handle);
+    app.post('/userinfo', handle);
   };
 }
