@@ -148,6 +148,11 @@ describe('/authorize: other errors redirect to the client with error, error_desc
     assertErrorRedirect(response, 'unsupported_response_type', 'only response_type=code is supported');
   });
 
+  test('no scope, or an empty one: invalid_request, redirected with iss and state (DESIGN.md §4 seed rule)', async () => {
+    assertErrorRedirect(await authorize(t.app, requestPairs({ replace: { scope: undefined } })), 'invalid_request', 'scope is required');
+    assertErrorRedirect(await authorize(t.app, requestPairs({ replace: { scope: '' } })), 'invalid_request', 'scope is required');
+  });
+
   test('a scope the client may not ask', async () => {
     const response = await authorize(t.app, requestPairs({ replace: { scope: 'openid admin' } }));
     assertErrorRedirect(response, 'invalid_scope', 'scope "admin" is not one this client may ask');

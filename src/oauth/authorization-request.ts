@@ -63,6 +63,8 @@ export function validateAuthorizationRequest(
     return back(new OAuthError('invalid_request', 'code_challenge must be a base64url SHA-256 value'));
   }
 
+  // DESIGN.md §4 seed rule: configured clients must send scope (OIDC Core §3.1.2.1 requires openid in it for OIDC).
+  if (single(params, 'scope') === undefined) return back(new OAuthError('invalid_request', 'scope is required'));
   const scope = parseScope(params.get('scope')?.[0]);
   if (scope === undefined) return back(new OAuthError('invalid_scope', 'scope is malformed'));
   const scopeDecision = decideRequestedScope(scope, client.scopes);
