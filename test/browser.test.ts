@@ -46,7 +46,7 @@ describe('pages in a real browser', { skip }, () => {
 
     const port = await freePort();
     baseUrl = `http://127.0.0.1:${port}`;
-    upstream = await startUpstream(`${baseUrl}/federation/callback`);
+    upstream = await startUpstream(`${baseUrl}/federation/upstream/callback`);
     const config = await testConfig({ baseUrl, federations: new Map([['upstream', federation('upstream', upstream.issuer)]]) });
     const browserApp = client({ clientId: 'browserapp', kind: 'confidential', secret: SECRET, redirectUris: [callbackUri] });
     pinpoint = await testApp({ config: { ...config, clients: new Map([...config.clients, ['browserapp', browserApp]]) } });

@@ -120,7 +120,7 @@ describe('federation: sign-in through an upstream OpenID Connect provider', () =
 
   before(async () => {
     const port = await freePort();
-    upstream = await startUpstream(`http://127.0.0.1:${port}/federation/callback`);
+    upstream = await startUpstream([`http://127.0.0.1:${port}/federation/upstream/callback`, `http://127.0.0.1:${port}/federation/misconfigured/callback`]);
     pinpoint = await startPinpoint(port, {
       federations: new Map([
         ['upstream', federation('upstream', upstream.issuer)],
@@ -145,7 +145,7 @@ describe('federation: sign-in through an upstream OpenID Connect provider', () =
     assert.equal(started.status, 303);
     const upstreamUrl = new URL(started.headers.get('location') ?? '');
     assert.equal(upstreamUrl.origin, upstream.issuer);
-    assert.equal(upstreamUrl.searchParams.get('redirect_uri'), `${pinpoint.baseUrl}/federation/callback`);
+    assert.equal(upstreamUrl.searchParams.get('redirect_uri'), `${pinpoint.baseUrl}/federation/upstream/callback`);
     assert.equal(upstreamUrl.searchParams.get('code_challenge_method'), 'S256');
     assert.equal(upstreamUrl.searchParams.get('scope'), 'openid email profile');
     assert.ok(upstreamUrl.searchParams.get('nonce'));
@@ -175,7 +175,7 @@ describe('federation: sign-in through an upstream OpenID Connect provider', () =
 
     // The callback URL is single use: replaying it (the state was taken) gives a 400 page.
     const callbackUrl = new URL(done.response.url);
-    assert.equal(callbackUrl.pathname, '/federation/callback');
+    assert.equal(callbackUrl.pathname, '/federation/upstream/callback');
     const replayed = await browser.navigate(callbackUrl.href);
     assertCleanErrorPage(replayed, 400);
     assert.match(replayed.body, /expired, was already used/);
@@ -188,22 +188,41 @@ describe('federation: sign-in through an upstream OpenID Connect provider', () =
     for (const line of pinpoint.logLines) {
       for (const secret of secrets) assert.ok(!line.includes(secret), `log line holds a secret: ${line}`);
     }
-    assert.ok(pinpoint.logLines.some((line) => line.includes('/federation/callback')), 'the access log saw the callback');
+    assert.ok(pinpoint.logLines.some((line) => line.includes('/federation/upstream/callback')), 'the access log saw the callback');
   });
 
   test('an unknown state, a missing one, or a callback reaching another browser gives a 400 page', async () => {
     const browser = new Browser();
-    const unknown = await browser.navigate(`${pinpoint.baseUrl}/federation/callback?code=abc&state=${'A'.repeat(43)}`);
+    const unknown = await browser.navigate(`${pinpoint.baseUrl}/federation/upstream/callback?code=abc&state=${'A'.repeat(43)}`);
     assertCleanErrorPage(unknown, 400);
-    const missing = await browser.navigate(`${pinpoint.baseUrl}/federation/callback?code=abc`);
+    const missing = await browser.navigate(`${pinpoint.baseUrl}/federation/upstream/callback?code=abc`);
     assertCleanErrorPage(missing, 400);
 
     const loginPage = await browser.navigate(`${pinpoint.baseUrl}/authorize?${authorizeQuery(pkce().challenge)}`);
     const started = await browser.request(new URL(federationLink(loginPage.body), pinpoint.baseUrl).href);
     const state = new URL(started.headers.get('location') ?? '').searchParams.get('state') ?? '';
     const otherBrowser = new Browser();
-    const elsewhere = await otherBrowser.navigate(`${pinpoint.baseUrl}/federation/callback?code=abc&state=${state}`);
+    const elsewhere = await otherBrowser.navigate(`${pinpoint.baseUrl}/federation/upstream/callback?code=abc&state=${state}`);
     assertCleanErrorPage(elsewhere, 400);
+  });
+
+  test('a response on another upstream\'s callback, or naming another issuer (RFC 9207), is refused', async () => {
+    const browser = new Browser();
+    const loginPage = await browser.navigate(`${pinpoint.baseUrl}/authorize?${authorizeQuery(pkce().challenge)}`);
+    const started = await browser.request(new URL(federationLink(loginPage.body), pinpoint.baseUrl).href);
+    const state = new URL(started.headers.get('location') ?? '').searchParams.get('state') ?? '';
+    const wrongPath = await browser.navigate(`${pinpoint.baseUrl}/federation/misconfigured/callback?code=abc&state=${state}`);
+    assertCleanErrorPage(wrongPath, 400);
+    assert.match(wrongPath.body, /does not come from the sign-in method it was sent to/);
+
+    const again = await browser.navigate(`${pinpoint.baseUrl}/authorize?${authorizeQuery(pkce().challenge)}`);
+    const restarted = await browser.request(new URL(federationLink(again.body), pinpoint.baseUrl).href);
+    const secondState = new URL(restarted.headers.get('location') ?? '').searchParams.get('state') ?? '';
+    const wrongIssuer = await browser.navigate(
+      `${pinpoint.baseUrl}/federation/upstream/callback?${form([['code', 'abc'], ['state', secondState], ['iss', 'https://attacker.example']])}`,
+    );
+    assertCleanErrorPage(wrongIssuer, 400);
+    assert.match(wrongIssuer.body, /does not come from the sign-in method it was sent to/);
   });
 
   test('an unknown upstream name or an expired login gives a 400 page', async () => {
@@ -225,7 +244,7 @@ describe('federation: sign-in through an upstream OpenID Connect provider', () =
     const abort = /href="([^"]*\/abort)"/.exec(upstreamLogin.body);
     assert.ok(abort, 'the upstream login page has a cancel link');
     const page = await browser.navigate(new URL(abort[1] as string, upstreamLogin.url).href, {}, REDIRECT);
-    assert.equal(new URL(page.url).pathname, '/federation/callback');
+    assert.equal(new URL(page.url).pathname, '/federation/upstream/callback');
     assertCleanErrorPage(page, 400);
     assert.match(page.body, /access_denied/);
     assert.match(page.body, /upstream did not sign you in \(it answered &#34;access_denied&#34;\)/);
@@ -254,7 +273,7 @@ describe('federation: sign-in through an upstream OpenID Connect provider', () =
     const loginPage = await browser.navigate(`${pinpoint.baseUrl}/authorize?${authorizeQuery(pkce().challenge)}`);
     const started = await browser.request(new URL(federationLink(loginPage.body), pinpoint.baseUrl).href);
     const state = new URL(started.headers.get('location') ?? '').searchParams.get('state') ?? '';
-    const page = await browser.navigate(`${pinpoint.baseUrl}/federation/callback?${form([['error', '<script>alert(1)</script>'], ['state', state]])}`);
+    const page = await browser.navigate(`${pinpoint.baseUrl}/federation/upstream/callback?${form([['error', '<script>alert(1)</script>'], ['state', state]])}`);
     assertCleanErrorPage(page, 400);
     assert.doesNotMatch(page.body, /<script>/);
     assert.match(page.body, /&#60;script&#62;alert\(1\)&#60;\/script&#62;/);
@@ -287,7 +306,7 @@ describe('federation: an upstream that is down, then back', () => {
     assert.match(down.body, /campus cannot be reached/);
     assert.ok(pinpoint.logLines.some((line) => line.includes('upstream sign-in failed') && line.includes('ECONNREFUSED')));
 
-    upstream = await startUpstream(`${pinpoint.baseUrl}/federation/callback`, downPort);
+    upstream = await startUpstream(`${pinpoint.baseUrl}/federation/campus/callback`, downPort);
     const up = await browser.request(link);
     assert.equal(up.status, 303);
     assert.ok((up.headers.get('location') ?? '').startsWith(`${upstream.issuer}/`));
@@ -300,7 +319,7 @@ describe('federation: the only sign-in method', () => {
 
   before(async () => {
     const port = await freePort();
-    upstream = await startUpstream(`http://127.0.0.1:${port}/federation/callback`);
+    upstream = await startUpstream(`http://127.0.0.1:${port}/federation/solo/callback`);
     pinpoint = await startPinpoint(port, {
       users: new Map(),
       federations: new Map([['solo', federation('solo', upstream.issuer, { subjectClaim: 'email' })]]),
@@ -329,5 +348,37 @@ describe('federation: the only sign-in method', () => {
     const tokens = (await (await exchange(pinpoint, code, verifier)).json()) as { id_token: string };
     const payload = JSON.parse(Buffer.from(tokens.id_token.split('.')[1] ?? '', 'base64url').toString()) as Record<string, unknown>;
     assert.equal(payload.sub, `solo:${upstreamEmail('carol')}`);
+  });
+});
+
+describe('federation: an email the upstream has not verified', () => {
+  let upstream: Upstream;
+  let pinpoint: Pinpoint;
+
+  before(async () => {
+    const port = await freePort();
+    upstream = await startUpstream(`http://127.0.0.1:${port}/federation/unverified/callback`, 0, { emailVerified: false });
+    pinpoint = await startPinpoint(port, { users: new Map(), federations: new Map([['unverified', federation('unverified', upstream.issuer)]]) });
+  });
+  after(async () => {
+    await pinpoint.app.close();
+    await upstream.close();
+  });
+
+  test('is not passed on: no email in the ID token or at /userinfo (DESIGN.md §7)', async () => {
+    const browser = new Browser();
+    const { verifier, challenge } = pkce();
+    const authorize = await browser.request(`${pinpoint.baseUrl}/authorize?${authorizeQuery(challenge)}`);
+    const started = await browser.request(new URL(authorize.headers.get('location') ?? '', pinpoint.baseUrl).href);
+    const done = await upstreamSignIn(browser, started.headers.get('location') ?? '', 'dave');
+    const code = new URL(done.url).searchParams.get('code');
+    assert.ok(code, done.url);
+    const tokens = (await (await exchange(pinpoint, code, verifier)).json()) as { id_token: string; access_token: string };
+    const payload = JSON.parse(Buffer.from(tokens.id_token.split('.')[1] ?? '', 'base64url').toString()) as Record<string, unknown>;
+    assert.equal(payload.sub, 'unverified:dave');
+    assert.equal(payload.email, undefined);
+    assert.equal(payload.name, 'Upstream dave');
+    const userinfo = await fetch(`${pinpoint.baseUrl}/userinfo`, { headers: { authorization: `Bearer ${tokens.access_token}` } });
+    assert.deepEqual(await userinfo.json(), { sub: 'unverified:dave', name: 'Upstream dave' });
   });
 });

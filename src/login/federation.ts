@@ -1,4 +1,4 @@
-/** GET /federation/start and /federation/callback: Pinpoint as an OpenID Connect relying party of an upstream. */
+/** GET /federation/start and /federation/{name}/callback: Pinpoint as an OpenID Connect relying party of an upstream. */
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import * as oidc from 'openid-client';
 import type { FederationRecord } from '../config/types.js';
@@ -68,7 +68,8 @@ function upstreamAnswer(error: Error): Record<string, string> {
 }
 
 export function federationRoutes(ctx: AppContext, store: FederationStores): FastifyPluginAsync {
-  const callbackUrl = `${ctx.issuer}/federation/callback`;
+  /** One callback per upstream (DESIGN.md §7): a response's path says which upstream it claims to come from. */
+  const callbackUrl = (upstream: FederationRecord): string => `${ctx.issuer}/federation/${encodeURIComponent(upstream.name)}/callback`;
   /** Discovery per upstream; a failed attempt is forgotten so the next sign-in tries again. */
   const discovered = new Map<string, Promise<oidc.Configuration>>();
 
@@ -118,8 +119,8 @@ export function federationRoutes(ctx: AppContext, store: FederationStores): Fast
         request.log.warn({ upstream: upstream.name, stage: 'userinfo', ...describeFailure(error) }, 'upstream userinfo failed; continuing with the ID token');
       }
     }
-    // An address the upstream says it has not verified is not passed on as the person's email.
-    const email = typeof claims.email === 'string' && claims.email_verified !== false ? claims.email : undefined;
+    // DESIGN.md §7: an address is passed on only when the upstream says it verified it.
+    const email = typeof claims.email === 'string' && claims.email_verified === true ? claims.email : undefined;
     const name = typeof claims.name === 'string' ? claims.name : undefined;
     return { claims, identity: { ...(email !== undefined && { email }), ...(name !== undefined && { name }) } };
   }
@@ -152,7 +153,7 @@ export function federationRoutes(ctx: AppContext, store: FederationStores): Fast
         expiresAt: ctx.now() + PENDING_LIFETIME_MS,
       });
       const target = oidc.buildAuthorizationUrl(configuration, {
-        redirect_uri: callbackUrl,
+        redirect_uri: callbackUrl(upstream),
         scope: upstream.scopes.join(' '),
         code_challenge: await oidc.calculatePKCECodeChallenge(codeVerifier),
         code_challenge_method: 'S256',
@@ -163,7 +164,8 @@ export function federationRoutes(ctx: AppContext, store: FederationStores): Fast
       return pageHeaders(reply).redirect(target.href, 303);
     });
 
-    app.get('/federation/callback', { config: { page: true } }, async (request, reply) => {
+    app.get('/federation/:upstream/callback', { config: { page: true } }, async (request, reply) => {
+      const named = (request.params as { upstream: string }).upstream;
       const query = queryOf(request.url);
       const params = parseParams(query);
       const state = single(params, 'state');
@@ -174,6 +176,12 @@ export function federationRoutes(ctx: AppContext, store: FederationStores): Fast
       const upstream = pending === undefined ? undefined : ctx.config.federations.get(pending.upstream);
       if (pending === undefined || upstream === undefined || !sameBrowser(ctx.cookies, request, pending.browser)) {
         return sendErrorPage(reply, expiredUpstreamSignIn());
+      }
+      // RFC 9207 mix-up defence: the response must come back on its own upstream's callback, and name that issuer when it names one.
+      const issuer = single(params, 'iss');
+      if (upstream.name !== named || (issuer !== undefined && issuer !== upstream.issuer)) {
+        request.log.warn({ upstream: upstream.name, callback: named.slice(0, 64) }, 'upstream response meant for another upstream');
+        return sendErrorPage(reply, new OAuthError('invalid_request', 'this answer does not come from the sign-in method it was sent to; start again from the application'));
       }
 
       const upstreamError = single(params, 'error');
@@ -193,7 +201,7 @@ export function federationRoutes(ctx: AppContext, store: FederationStores): Fast
       let idToken: oidc.IDToken | undefined;
       try {
         // openid-client checks state, iss (RFC 9207), PKCE, and the ID token's signature, iss, aud, exp and nonce.
-        tokens = await oidc.authorizationCodeGrant(configuration, new URL(`${callbackUrl}?${query}`), {
+        tokens = await oidc.authorizationCodeGrant(configuration, new URL(`${callbackUrl(upstream)}?${query}`), {
           expectedState: state,
           expectedNonce: pending.nonce,
           pkceCodeVerifier: pending.codeVerifier,

@@ -28,8 +28,8 @@ export function upstreamEmail(login: string): string {
   return `${login}@upstream.example`;
 }
 
-/** Starts the provider on `port` (0: any free one) with one confidential client redirecting to `callback`. */
-export async function startUpstream(callback: string, port = 0): Promise<Upstream> {
+/** Starts the provider on `port` (0: any free one) with one confidential client redirecting to `callbacks`. */
+export async function startUpstream(callbacks: string | readonly string[], port = 0, options: { emailVerified?: boolean } = {}): Promise<Upstream> {
   const server: Server = createServer();
   await new Promise<void>((resolve) => server.listen(port, '127.0.0.1', resolve));
   const actual = (server.address() as AddressInfo).port;
@@ -40,7 +40,7 @@ export async function startUpstream(callback: string, port = 0): Promise<Upstrea
       {
         client_id: UPSTREAM_CLIENT_ID,
         client_secret: UPSTREAM_SECRET,
-        redirect_uris: [callback],
+        redirect_uris: typeof callbacks === 'string' ? [callbacks] : [...callbacks],
         id_token_signed_response_alg: 'ES256',
         token_endpoint_auth_method: 'client_secret_basic',
       },
@@ -53,7 +53,7 @@ export async function startUpstream(callback: string, port = 0): Promise<Upstrea
       return {
         accountId: sub,
         async claims() {
-          return { sub, email: upstreamEmail(sub), email_verified: true, name: `Upstream ${sub}` };
+          return { sub, email: upstreamEmail(sub), email_verified: options.emailVerified ?? true, name: `Upstream ${sub}` };
         },
       };
     },
