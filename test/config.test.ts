@@ -7,7 +7,7 @@ import { describe, test } from 'node:test';
 
 import { ConfigInvalid, formatProblem, loadConfig } from '../src/config/load.js';
 import type { Config } from '../src/config/types.js';
-import { hashPassword } from '../src/login/password.js';
+import { hashPassword } from '../src/crypto/password.js';
 
 const HASH = await hashPassword('wonderland');
 

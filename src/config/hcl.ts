@@ -1,20 +1,22 @@
 import hcl from 'hcl2-parser';
-import { LABELED_BLOCKS, SINGLE_BLOCKS } from './blocks.js';
-import { SourceIndex } from './source-index.js';
+import { isLabeledBlock, isSingleBlock, type HclBody } from './block-types.js';
+import { indexSource, type SourceEntry } from './source-index.js';
 import type { ConfigProblem } from './types.js';
 
-export type HclBody = Record<string, unknown>;
-
-export type HclResult = { readonly body: HclBody } | { readonly problems: readonly ConfigProblem[] };
+/** A config file as read: its values, and where each name is written; or why it cannot be read. */
+export type HclFile = { readonly body: HclBody; readonly source: readonly SourceEntry[] } | { readonly problems: readonly ConfigProblem[] };
 
 // A file name without regex or colon trouble, swapped back for the real path in messages.
 const PLACEHOLDER = 'pinpoint-config.hcl';
 const DIAGNOSTIC = new RegExp(`${escapeRegExp(PLACEHOLDER)}:(\\d+),(\\d+)-(?:\\d+,)?\\d+: `, 'g');
 
-/** Parses HCL text into hcl2json's object shape, or says where and why the syntax is wrong. */
-export async function parseHcl(file: string, text: string): Promise<HclResult> {
+/**
+ * Reads HCL text the one way the config is read: values from hcl2-parser, the line of each name
+ * from the source index, and, only when hcl2-parser refuses the text, the reason from @cdktf/hcl2json.
+ */
+export async function readHcl(file: string, text: string): Promise<HclFile> {
   const body = parseWithHcl2Parser(text);
-  if (body) return { body };
+  if (body) return { body, source: indexSource(text) };
   return { problems: await syntaxProblems(file, text) };
 }
 
@@ -48,8 +50,8 @@ function conversionProblem(file: string, text: string, message: string): ConfigP
   const reason = message.replace(/^(?:Error: )?(?:parse config: )?(?:convert[^:]*: )+/, '');
   const type = /for "([^"]+)" block/.exec(reason)?.[1] ?? /Block to JSON: ([A-Za-z_][\w-]*)/.exec(reason)?.[1];
   if (type === undefined) return { file, message: `cannot read this file: ${reason}` };
-  const blocks = new SourceIndex(text).entries.filter((entry) => entry.kind === 'block' && entry.parent === undefined && entry.name === type);
-  const expected = (SINGLE_BLOCKS as readonly string[]).includes(type) ? 0 : (LABELED_BLOCKS as readonly string[]).includes(type) ? 1 : blocks[0]?.labels.length;
+  const blocks = indexSource(text).filter((entry) => entry.kind === 'block' && entry.name === type);
+  const expected = isSingleBlock(type) ? 0 : isLabeledBlock(type) ? 1 : blocks[0]?.labels.length;
   const odd = blocks.find((entry) => entry.labels.length !== expected) ?? blocks[0];
   const shape = expected === 0 ? `${type} { ... }` : expected === 1 ? `${type} "name" { ... }` : `the same labels on every ${type} block`;
   return { file, ...(odd && { line: odd.line }), block: type, message: `every ${type} block must be written as ${shape} (${reason})` };

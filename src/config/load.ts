@@ -1,10 +1,11 @@
 import { readFile } from 'node:fs/promises';
 import { dirname, resolve } from 'node:path';
 import type { z } from 'zod';
-import { LABELED_BLOCKS, SINGLE_BLOCKS, splitTopLevel, type BlockInstance, type PlacedMessage } from './blocks.js';
+import { LABELED_BLOCKS, SINGLE_BLOCKS, type HclBody } from './block-types.js';
+import { splitTopLevel, type BlockInstance, type PlacedMessage } from './blocks.js';
 import { checkReadableFile, exposureWarning, readSecretFile } from './files.js';
 import { deepFreeze, frozenMap } from './frozen.js';
-import { parseHcl, type HclBody } from './hcl.js';
+import { readHcl } from './hcl.js';
 import { ConfigInvalid, formatProblem } from './problems.js';
 import {
   clientSpec,
@@ -17,7 +18,7 @@ import {
   userSpec,
   type BlockSpec,
 } from './schema.js';
-import { SourceIndex } from './source-index.js';
+import type { SourceEntry } from './source-index.js';
 import { closestName } from './suggest.js';
 import type { ClientRecord, Config, ConfigProblem, FederationRecord, StateConfig, TlsConfig, UserRecord } from './types.js';
 
@@ -35,7 +36,7 @@ const FEDERATION_LABEL = /^[A-Za-z0-9._-]+$/;
 /** Where a message points: a block (by name and source entry), or the top level. */
 interface Place {
   readonly block?: string;
-  readonly entry?: number;
+  readonly entry?: SourceEntry | undefined;
 }
 
 /** Collects problems and warnings with file, line and block, as DESIGN.md §3 asks of every message. */
@@ -45,7 +46,7 @@ class Findings {
 
   constructor(
     readonly file: string,
-    readonly index: SourceIndex,
+    readonly source: readonly SourceEntry[],
   ) {}
 
   problem(message: PlacedMessage): void {
@@ -56,11 +57,15 @@ class Findings {
     this.warnings.push(this.locate(message));
   }
 
-  private locate({ block, entry, attribute, message }: PlacedMessage): ConfigProblem {
+  /** Where `name` is written in the place's block, or at the top level. */
+  written({ block, entry }: Place, name: string): SourceEntry | undefined {
     // A block the scanner could not find must not borrow a top-level attribute's line.
-    const lookInside = block === undefined || entry !== undefined;
-    const attributeLine = attribute !== undefined && lookInside ? this.index.child(entry, attribute)?.line : undefined;
-    const line = attributeLine ?? this.index.line(entry);
+    if (block !== undefined && entry === undefined) return undefined;
+    return (entry?.body ?? this.source).find((child) => child.name === name);
+  }
+
+  private locate({ block, entry, attribute, message }: PlacedMessage): ConfigProblem {
+    const line = (attribute === undefined ? undefined : this.written({ block, entry }, attribute)?.line) ?? entry?.line;
     return {
       file: this.file,
       ...(line !== undefined && { line }),
@@ -83,11 +88,11 @@ export async function loadConfig(file: string): Promise<{ config: Config; warnin
     const reason = (error as NodeJS.ErrnoException).code === 'ENOENT' ? 'no such file' : (error as Error).message;
     throw new ConfigInvalid([{ file, message: `cannot read the configuration file: ${reason}` }]);
   }
-  const parsed = await parseHcl(file, text.replace(/^\uFEFF/, ''));
-  if ('problems' in parsed) throw new ConfigInvalid(parsed.problems);
+  const read = await readHcl(file, text.replace(/^\uFEFF/, ''));
+  if ('problems' in read) throw new ConfigInvalid(read.problems);
 
-  const findings = new Findings(file, new SourceIndex(text));
-  const config = await buildConfig(parsed.body, absolute, findings);
+  const findings = new Findings(file, read.source);
+  const config = await buildConfig(read.body, absolute, findings);
   const warnings = byLine(findings.warnings).map(formatProblem);
   if (findings.problems.length > 0 || !config) throw new ConfigInvalid(byLine(findings.problems), warnings);
   return { config, warnings };
@@ -96,7 +101,7 @@ export async function loadConfig(file: string): Promise<{ config: Config; warnin
 async function buildConfig(body: HclBody, absolute: string, findings: Findings): Promise<Config | undefined> {
   const folder = dirname(absolute);
   const inFolder = (path: string): string => resolve(folder, path);
-  const top = splitTopLevel(body, findings.index, (message) => findings.problem(message));
+  const top = splitTopLevel(body, findings.source, (message) => findings.problem(message));
 
   const attributes = validate(topLevelSpec, top.attributes, {}, findings, [...SINGLE_BLOCKS, ...LABELED_BLOCKS]);
   const tls = await buildTls(top.single.tls, findings, inFolder);
@@ -161,7 +166,7 @@ function validate<Schema extends z.ZodObject>(
   if (!result.success) {
     for (const issue of result.error.issues) {
       if (issue.code === 'unrecognized_keys') {
-        for (const key of issue.keys) findings.problem(unknownKey(key, place, Object.keys(spec.schema.shape), knownBlocks, findings.index));
+        for (const key of issue.keys) findings.problem(unknownKey(key, place, Object.keys(spec.schema.shape), knownBlocks, findings));
       } else {
         findings.problem({ ...place, ...describeIssue(issue) });
       }
@@ -186,15 +191,15 @@ function describeIssue(issue: z.core.$ZodIssue): { attribute?: string; message: 
   return { attribute, message: `${position}${issue.message}` };
 }
 
-function unknownKey(key: string, place: Place, attributes: readonly string[], blocks: readonly string[], index: SourceIndex): PlacedMessage {
-  const written = place.block === undefined || place.entry !== undefined ? index.child(place.entry, key) : undefined;
+function unknownKey(key: string, place: Place, attributes: readonly string[], blocks: readonly string[], findings: Findings): PlacedMessage {
+  const written = findings.written(place, key);
   const kind = written?.kind === 'block' ? 'block' : 'attribute';
   const suggestion = closestName(key, [...attributes, ...blocks]);
   const where = place.block === undefined ? '' : ` in ${place.block.split(' ')[0]}`;
   let hint = `; known${where}: ${[...attributes, ...blocks].join(', ')}`;
   if (suggestion) hint = `; did you mean ${JSON.stringify(suggestion)}?`;
   else if (kind === 'block' && blocks.length === 0) hint = `; ${place.block?.split(' ')[0]} takes no nested blocks`;
-  return { block: place.block, entry: written ? index.entries.indexOf(written) : place.entry, message: `unknown ${kind} ${JSON.stringify(key)}${hint}` };
+  return { block: place.block, entry: written ?? place.entry, message: `unknown ${kind} ${JSON.stringify(key)}${hint}` };
 }
 
 async function buildTls(instance: BlockInstance | undefined, findings: Findings, inFolder: (path: string) => string): Promise<TlsConfig | undefined> {

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { isPasswordHash } from '../login/password.js';
+import { isPasswordHash } from '../crypto/password.js';
 import { isAbsoluteUri } from '../policy/requestable.js';
 import { parseDuration } from './duration.js';
 import { parseBaseUrl, parseIssuerUrl } from './urls.js';

@@ -1,196 +1,124 @@
-/** One attribute or block header as written in the HCL text. */
+// Why a scanner: hcl2-parser returns values only, never a position. @cdktf/hcl2json gives
+// positions only in syntax-error messages and in getExpressionAst, which parses one expression,
+// not a body of attributes and blocks. Neither says on which line a name stands, which DESIGN §3
+// asks of every message. So this reads text the parser already accepted, for line numbers only.
+
+/** An attribute or a block header as written in the file. */
 export interface SourceEntry {
   readonly kind: 'attribute' | 'block';
   readonly name: string;
+  /** A block's labels: `client "webapp"` has ["webapp"]; none for an attribute. */
   readonly labels: readonly string[];
   readonly line: number;
-  /** Index of the enclosing block entry; undefined at the top level. */
-  readonly parent: number | undefined;
+  /** A block's own attributes and blocks, in file order; none for an attribute. */
+  readonly body: readonly SourceEntry[];
 }
 
-/**
- * Where attributes and blocks sit in the text. The HCL parser gives values but no positions, so
- * this scanner walks the (already syntax-checked) text and remembers the line of each name.
- */
-export class SourceIndex {
-  readonly entries: readonly SourceEntry[];
+const IDENTIFIER = /[\p{ID_Start}_][\p{ID_Continue}-]*/uy;
+const SPACE = /(?:\s|#.*|\/\/.*|\/\*[^]*?\*\/)*/y;
+const SPACE_IN_LINE = /(?:[ \t\r]|#.*|\/\/.*|\/\*[^]*?\*\/)*/y;
+const HEREDOC = /<<-?([\p{ID_Start}_][\p{ID_Continue}-]*)\r?\n/uy;
+// A quoted string's text up to its closing quote or an interpolation; $${ and %%{ are literal.
+const STRING_TEXT = /(?:[^"\\$%]|\\[^]|\$\$\{|%%\{|[$%](?!\{))*/y;
 
-  constructor(text: string) {
-    this.entries = scanEntries(text);
-  }
-
-  /** The `occurrence`-th block (0-based) with this type and labels under `parent`. */
-  block(parent: number | undefined, type: string, labels: readonly string[], occurrence = 0): number | undefined {
-    let seen = 0;
-    for (const [index, entry] of this.entries.entries()) {
-      if (entry.kind !== 'block' || entry.parent !== parent || entry.name !== type) continue;
-      if (entry.labels.length !== labels.length || entry.labels.some((label, i) => label !== labels[i])) continue;
-      if (seen === occurrence) return index;
-      seen += 1;
-    }
-    return undefined;
-  }
-
-  /** The first entry (attribute or block) called `name` directly under `parent`. */
-  child(parent: number | undefined, name: string): SourceEntry | undefined {
-    return this.entries.find((entry) => entry.parent === parent && entry.name === name);
-  }
-
-  line(index: number | undefined): number | undefined {
-    return index === undefined ? undefined : this.entries[index]?.line;
-  }
-}
-
-const IDENTIFIER = /[A-Za-z_][A-Za-z0-9_-]*/y;
-
-function scanEntries(text: string): SourceEntry[] {
-  const entries: SourceEntry[] = [];
-  const lineStarts = [0];
-  for (let i = 0; i < text.length; i += 1) if (text[i] === '\n') lineStarts.push(i + 1);
-  const lineOf = (position: number): number => {
-    let low = 0;
-    let high = lineStarts.length - 1;
-    while (low < high) {
-      const middle = (low + high + 1) >> 1;
-      if ((lineStarts[middle] as number) <= position) low = middle;
-      else high = middle - 1;
-    }
-    return low + 1;
-  };
-
+/** The top-level attributes and blocks of HCL text that hcl2-parser accepted, in file order. */
+export function indexSource(text: string): readonly SourceEntry[] {
   let pos = 0;
-
-  const skipTrivia = (crossLines: boolean): void => {
-    while (pos < text.length) {
-      const c = text[pos];
-      if (c === ' ' || c === '\t' || c === '\r' || (crossLines && c === '\n')) pos += 1;
-      else if (c === '#' || text.startsWith('//', pos)) skipToLineEnd();
-      else if (text.startsWith('/*', pos)) {
-        const end = text.indexOf('*/', pos + 2);
-        pos = end === -1 ? text.length : end + 2;
-      } else return;
-    }
+  const skip = (pattern: RegExp): RegExpExecArray | null => {
+    pattern.lastIndex = pos;
+    const found = pattern.exec(text);
+    if (found) pos = pattern.lastIndex;
+    return found;
+  };
+  // Entries come in file order, so newlines are counted once, front to back.
+  let counted = 0;
+  let lines = 1;
+  const lineAt = (at: number): number => {
+    for (; counted < at; counted += 1) if (text[counted] === '\n') lines += 1;
+    return lines;
   };
 
-  const skipToLineEnd = (): void => {
-    const end = text.indexOf('\n', pos);
-    pos = end === -1 ? text.length : end;
-  };
-
-  const readIdentifier = (): string | undefined => {
-    IDENTIFIER.lastIndex = pos;
-    const match = IDENTIFIER.exec(text);
-    if (!match) return undefined;
-    pos += match[0].length;
-    return match[0];
-  };
-
-  const readQuoted = (): string => {
-    const start = pos;
-    skipQuoted();
-    try {
-      return JSON.parse(text.slice(start, pos)) as string;
-    } catch {
-      return text.slice(start + 1, pos - 1);
-    }
-  };
-
-  // Positioned on the opening quote; leaves pos after the closing one.
-  const skipQuoted = (): void => {
-    pos += 1;
-    while (pos < text.length) {
-      const c = text[pos];
-      if (c === '\\') pos += 2;
-      else if (c === '"') {
-        pos += 1;
-        return;
-      } else if ((c === '$' || c === '%') && text[pos + 1] === c && text[pos + 2] === '{') pos += 3;
-      else if ((c === '$' || c === '%') && text[pos + 1] === '{') {
-        pos += 2;
-        skipExpression(true);
-        pos += 1;
-      } else pos += 1;
-    }
-  };
-
-  const skipHeredoc = (): boolean => {
-    const match = /^<<-?([A-Za-z_][A-Za-z0-9_-]*)[ \t]*\r?\n/.exec(text.slice(pos, pos + 200));
-    if (!match) return false;
-    pos += match[0].length;
-    const marker = match[1];
-    while (pos < text.length) {
-      const end = text.indexOf('\n', pos);
-      const lineText = text.slice(pos, end === -1 ? text.length : end);
-      pos = end === -1 ? text.length : end;
-      if (lineText.trim() === marker) return true;
-      if (end !== -1) pos += 1;
-    }
-    return true;
-  };
-
-  // Skips an attribute's value: stops at a newline or an unmatched `}` outside brackets,
-  // or, inside a template interpolation, at its closing `}`.
-  const skipExpression = (inTemplate: boolean): void => {
-    let depth = 0;
-    while (pos < text.length) {
-      const c = text[pos];
-      if (c === '"') skipQuoted();
-      else if (c === '#' || text.startsWith('//', pos)) skipToLineEnd();
-      else if (text.startsWith('/*', pos)) skipTrivia(false);
-      else if (text.startsWith('<<', pos) && skipHeredoc()) continue;
-      else if (c === '(' || c === '[' || c === '{') {
-        depth += 1;
-        pos += 1;
-      } else if (c === ')' || c === ']' || c === '}') {
-        if (depth === 0) return;
-        depth -= 1;
-        pos += 1;
-      } else if (c === '\n' && depth === 0 && !inTemplate) return;
-      else pos += 1;
-    }
-  };
-
-  const scanBody = (parent: number | undefined): void => {
-    for (;;) {
-      skipTrivia(true);
-      if (pos >= text.length) return;
-      if (text[pos] === '}') {
-        pos += 1;
-        return;
-      }
-      const start = pos;
-      const name = readIdentifier();
+  // A body's entries, then past its closing brace (or to the end of the text, for the file).
+  const body = (): SourceEntry[] => {
+    const entries: SourceEntry[] = [];
+    for (skip(SPACE); pos < text.length && text[pos] !== '}'; skip(SPACE)) {
+      const line = lineAt(pos);
+      const name = skip(IDENTIFIER)?.[0];
       if (name === undefined) {
         pos += 1;
         continue;
       }
-      skipTrivia(false);
-      if (text[pos] === '=' && text[pos + 1] !== '=') {
+      skip(SPACE_IN_LINE);
+      if (text[pos] === '=') {
         pos += 1;
-        entries.push({ kind: 'attribute', name, labels: [], line: lineOf(start), parent });
-        skipExpression(false);
-        continue;
+        expression(false);
+        entries.push({ kind: 'attribute', name, labels: [], line, body: [] });
+      } else {
+        const labels = blockLabels();
+        pos += 1;
+        entries.push({ kind: 'block', name, labels, line, body: body() });
       }
-      const labels: string[] = [];
-      for (;;) {
-        if (text[pos] === '"') labels.push(readQuoted());
-        else {
-          const label = readIdentifier();
-          if (label === undefined) break;
-          labels.push(label);
-        }
-        skipTrivia(false);
-      }
-      if (text[pos] !== '{') {
-        skipToLineEnd();
-        continue;
-      }
-      pos += 1;
-      entries.push({ kind: 'block', name, labels, line: lineOf(start), parent });
-      scanBody(entries.length - 1);
+    }
+    pos += 1;
+    return entries;
+  };
+
+  const blockLabels = (): string[] => {
+    const labels: string[] = [];
+    for (let start = pos; ; start = pos) {
+      if (text[pos] === '"') labels.push(unquote(quoted()));
+      else if (skip(IDENTIFIER)) labels.push(text.slice(start, pos));
+      else return labels;
+      skip(SPACE_IN_LINE);
     }
   };
 
-  scanBody(undefined);
-  return entries;
+  // A value: up to the newline that ends it, or (not taken) the `}` ending a one-line block or an interpolation.
+  const expression = (inTemplate: boolean): void => {
+    let depth = 0;
+    for (;;) {
+      skip(SPACE_IN_LINE);
+      const c = text[pos];
+      if (c === undefined || (depth === 0 && (')]}'.includes(c) || (c === '\n' && !inTemplate)))) return;
+      if (c === '"') quoted();
+      else if (!heredoc()) {
+        if ('([{'.includes(c)) depth += 1;
+        else if (')]}'.includes(c)) depth -= 1;
+        pos += 1;
+      }
+    }
+  };
+
+  // From an opening quote past its closing one, through ${...} and %{...} interpolations; returns the literal.
+  const quoted = (): string => {
+    const start = pos;
+    pos += 1;
+    for (skip(STRING_TEXT); text[pos] === '$' || text[pos] === '%'; skip(STRING_TEXT)) {
+      pos += 2;
+      expression(true);
+      pos += 1;
+    }
+    pos += 1;
+    return text.slice(start, pos);
+  };
+
+  // Past <<EOT or <<-EOT to the line holding only its marker; false when no heredoc starts here.
+  const heredoc = (): boolean => {
+    const marker = skip(HEREDOC)?.[1];
+    if (marker === undefined) return false;
+    const closing = new RegExp(`^[ \\t]*${marker}[ \\t]*\\r?$`, 'gmu');
+    closing.lastIndex = pos;
+    pos = closing.exec(text) ? closing.lastIndex : text.length;
+    return true;
+  };
+
+  return body();
+}
+
+function unquote(literal: string): string {
+  try {
+    return JSON.parse(literal) as string;
+  } catch {
+    return literal.slice(1, -1);
+  }
 }
