@@ -7,6 +7,7 @@ import { makeContext, type AppContext, type AppLimits } from './context.js';
 import type { Config } from './config/types.js';
 import { clientErrorHandler, isApiPath } from './http/client-error.js';
 import { registerCors } from './http/cors.js';
+import { proxyTrust, REQUEST_ID_SHAPE } from './http/proxies.js';
 import { countFailure } from './http/failure-limit.js';
 import { LIMITS, parseParams } from './http/params.js';
 import { sendErrorPage, sendJsonError, toOAuthError } from './http/render-error.js';
@@ -48,12 +49,18 @@ export async function buildApp(options: BuildAppOptions): Promise<{ app: Fastify
   const ctx = makeContext(options.config, options.keys, { now: options.now, limits: options.limits });
   const store = options.store;
   const logger = options.logger ?? createLogger('silent');
+  const trusted = proxyTrust(options.config.trustedProxies);
   const app = Fastify({
     loggerInstance: logger,
     logController: new LogController({ disableRequestLogging: true }),
     bodyLimit: LIMITS.bodyBytes,
-    trustProxy: options.config.tls.mode === 'proxy',
-    genReqId: () => randomUUID(),
+    // DESIGN.md §3: forwarded headers are believed from trusted_proxies only, in every tls mode.
+    trustProxy: (address: string) => trusted(address),
+    // The request id of a trusted proxy is kept (one id across the proxy's logs and ours); a client's never is.
+    genReqId: (raw) => {
+      const forwarded = raw.headers['x-request-id'];
+      return typeof forwarded === 'string' && REQUEST_ID_SHAPE.test(forwarded) && trusted(raw.socket.remoteAddress) ? forwarded : randomUUID();
+    },
     requestIdHeader: false,
     return503OnClosing: true,
     clientErrorHandler: clientErrorHandler(options.config.basePath),

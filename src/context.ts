@@ -4,25 +4,32 @@ import type { SigningKeys } from './crypto/keys.js';
 import { cookieSettingsFor, type CookieSettings } from './http/cookies.js';
 import { FixedWindowLimiter } from './http/rate-limit.js';
 
+/** Every limit of DESIGN.md §4, set by the `limits` block (§3); the defaults are the contract's. */
 export interface AppLimits {
-  /** Failed OAuth requests (4xx) per address and per client, before 429. */
-  readonly failuresPerWindow: number;
+  /** Failed requests per client per address, per failure window. */
+  readonly clientFailures: number;
+  /** Failed requests per address, per failure window. */
+  readonly addressFailures: number;
   readonly failureWindowMs: number;
-  /** Wrong passwords per user and per address (DESIGN.md §4: attempt limit). */
-  readonly loginFailuresPerUser: number;
-  readonly loginFailuresPerAddress: number;
+  /** Wrong passwords per user per address, per login window: then 429 for that user from that address. */
+  readonly loginFailures: number;
+  /** Wrong passwords per user from all addresses, per login window: then answers are slowed, never refused (§7). */
+  readonly loginFailuresAny: number;
   readonly loginWindowMs: number;
-  /** Wrong user codes per address at /device. */
-  readonly userCodeFailuresPerAddress: number;
+  /** Wrong user codes per address, per user-code window (RFC 8628 §5.1). */
+  readonly userCodeFailures: number;
+  readonly userCodeWindowMs: number;
 }
 
 export const DEFAULT_LIMITS: AppLimits = {
-  failuresPerWindow: 300,
+  clientFailures: 300,
+  addressFailures: 300,
   failureWindowMs: 60_000,
-  loginFailuresPerUser: 10,
-  loginFailuresPerAddress: 100,
+  loginFailures: 10,
+  loginFailuresAny: 100,
   loginWindowMs: 15 * 60_000,
-  userCodeFailuresPerAddress: 20,
+  userCodeFailures: 20,
+  userCodeWindowMs: 15 * 60_000,
 };
 
 export interface AppContext {
@@ -41,7 +48,8 @@ export interface AppContext {
 }
 
 export function makeContext(config: Config, keys: SigningKeys, options: { now?: () => number; limits?: Partial<AppLimits> } = {}): AppContext {
-  const limits = { ...DEFAULT_LIMITS, ...options.limits };
+  // The config's `limits` block, then what a test asks for (windows, small numbers).
+  const limits: AppLimits = { ...DEFAULT_LIMITS, ...config.limits, ...options.limits };
   const clientOrigins = new Set<string>();
   for (const client of config.clients.values()) {
     for (const uri of client.redirectUris) {
@@ -58,7 +66,7 @@ export function makeContext(config: Config, keys: SigningKeys, options: { now?: 
     issuer: config.baseUrl,
     now: options.now ?? Date.now,
     limits,
-    failures: new FixedWindowLimiter(limits.failuresPerWindow, limits.failureWindowMs),
+    failures: new FixedWindowLimiter(limits.failureWindowMs),
     cookies: cookieSettingsFor(config.baseUrl, config.basePath),
     clientOrigins,
     sessionLifetimeMs: 12 * 3600_000,

@@ -216,7 +216,7 @@ describe('device code polling (RFC 8628 §3.4-3.5)', () => {
   let t: Awaited<ReturnType<typeof deviceApp>>;
   before(async () => {
     // A tight failure limit: waiting answers must not count as failures, or a polling device would be locked out.
-    t = await deviceApp({ limits: { failuresPerWindow: 3 } });
+    t = await deviceApp({ limits: { clientFailures: 3, addressFailures: 3 } });
   });
   after(async () => t.app.close());
 
@@ -347,7 +347,7 @@ describe('device flow through the /device pages', () => {
 describe('the /device pages', () => {
   let t: Awaited<ReturnType<typeof deviceApp>>;
   before(async () => {
-    t = await deviceApp({ limits: { userCodeFailuresPerAddress: 3 } });
+    t = await deviceApp({ limits: { userCodeFailures: 3 } });
   });
   after(async () => t.app.close());
 

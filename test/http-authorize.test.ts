@@ -535,7 +535,7 @@ describe('sign-in and session', () => {
 
 describe('sign-in attempt limits', () => {
   test('per user: after the limit of wrong passwords, 429 with Retry-After, even for the right password', async () => {
-    const t = await testApp({ limits: { loginFailuresPerUser: 2 } });
+    const t = await testApp({ limits: { loginFailures: 2 } });
     try {
       const start = await authorize(t.app, requestPairs());
       const first = await submitLogin(t.app, start, 'wrong-1');
@@ -557,7 +557,7 @@ describe('sign-in attempt limits', () => {
 
   test('per user: the window ends and the right password works again', async () => {
     let now = Date.now();
-    const t = await testApp({ limits: { loginFailuresPerUser: 1, loginWindowMs: 60_000 }, now: () => now });
+    const t = await testApp({ limits: { loginFailures: 1, loginWindowMs: 60_000 }, now: () => now });
     try {
       const start = await authorize(t.app, requestPairs());
       const wrong = await submitLogin(t.app, start, 'wrong');
@@ -573,8 +573,8 @@ describe('sign-in attempt limits', () => {
     }
   });
 
-  test('per address: wrong passwords for several users count together', async () => {
-    const t = await testApp({ limits: { loginFailuresPerAddress: 2 } });
+  test('per address: wrong passwords for several users count toward the address limit (with its login requests)', async () => {
+    const t = await testApp({ limits: { addressFailures: 3 } });
     try {
       const start = await authorize(t.app, requestPairs());
       const first = await submitLogin(t.app, start, 'x', 'bob');
@@ -588,4 +588,5 @@ describe('sign-in attempt limits', () => {
       await t.app.close();
     }
   });
+
 });

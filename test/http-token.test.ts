@@ -1,6 +1,7 @@
 /** POST /token through HTTP: the /token rows of DESIGN.md §5, its error table, and the §4 token contract. */
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
+import { request as httpRequest } from 'node:http';
 import { after, before, describe, test } from 'node:test';
 import type { FastifyInstance, LightMyRequestResponse } from 'fastify';
 import { createLocalJWKSet, decodeProtectedHeader, jwtVerify, type JSONWebKeySet } from 'jose';
@@ -731,7 +732,7 @@ describe('/token limits on values', () => {
 
 describe('/token rate limit', () => {
   test('too many failures from one address give 429 with Retry-After, for good requests too', async () => {
-    const t = await testApp({ limits: { failuresPerWindow: 3 } });
+    const t = await testApp({ limits: { addressFailures: 3 } });
     try {
       for (let i = 0; i < 3; i++) assertOAuthError(await postToken(t.app, [['grant_type', 'password']]), 400, 'unsupported_grant_type');
       const limited = await postToken(t.app, [['grant_type', 'client_credentials']], basic('service', SECRET));
@@ -745,7 +746,7 @@ describe('/token rate limit', () => {
 
   test('the window ends and requests are served again', async () => {
     let now = Date.now();
-    const t = await testApp({ limits: { failuresPerWindow: 2, failureWindowMs: 10_000 }, now: () => now });
+    const t = await testApp({ limits: { clientFailures: 2, failureWindowMs: 10_000 }, now: () => now });
     try {
       for (let i = 0; i < 2; i++) assertOAuthError(await postToken(t.app, [['grant_type', 'client_credentials']], basic('service', 'bad')), 401, 'invalid_client');
       assertOAuthError(await postToken(t.app, [['grant_type', 'client_credentials']], basic('service', SECRET)), 429, 'invalid_request');
@@ -756,30 +757,58 @@ describe('/token rate limit', () => {
     }
   });
 
-  test('failures for one client from many addresses count together', async () => {
-    const t = await testApp({ limits: { failuresPerWindow: 3 } });
+  test('failures for one client from one address never lock that client out for other addresses (real sockets, 127.0.0.2 and .3)', async () => {
+    const t = await testApp({ limits: { clientFailures: 5, addressFailures: 1000 } });
     try {
-      const from = (address: string, secret: string): Promise<LightMyRequestResponse> =>
+      await t.app.listen({ host: '127.0.0.1', port: 0 });
+      const port = (t.app.server.address() as { port: number }).port;
+      const from = (localAddress: string, secret: string): Promise<{ status: number; body: string; retryAfter?: string }> =>
+        new Promise((resolve, reject) => {
+          const body = 'grant_type=client_credentials';
+          const request = httpRequest(
+            {
+              host: '127.0.0.1',
+              port,
+              localAddress,
+              method: 'POST',
+              path: '/token',
+              headers: { 'content-type': 'application/x-www-form-urlencoded', authorization: basic('service', secret), 'content-length': body.length },
+            },
+            (response) => {
+              let text = '';
+              response.on('data', (chunk) => (text += chunk));
+              response.on('end', () => resolve({ status: response.statusCode ?? 0, body: text, retryAfter: response.headers['retry-after'] }));
+            },
+          );
+          request.on('error', reject);
+          request.end(body);
+        });
+      // The attacker's address fails many times more than the limit, some of them at once.
+      await Promise.all(Array.from({ length: 30 }, () => from('127.0.0.2', 'wrong')));
+      const attacker = await from('127.0.0.2', SECRET);
+      assert.equal(attacker.status, 429, 'the failing address is limited for this client, the right secret included');
+      assert.ok(Number(attacker.retryAfter) > 0);
+      const victim = await from('127.0.0.3', SECRET);
+      assert.equal(victim.status, 200, `another address is served: ${victim.body}`);
+    } finally {
+      await t.app.close();
+    }
+  });
+
+  test('an address that fails too often is limited for every client; other addresses are not', async () => {
+    const t = await testApp({ limits: { addressFailures: 3 } });
+    try {
+      const from = (address: string, client: string, secret: string): Promise<LightMyRequestResponse> =>
         t.app.inject({
           method: 'POST',
           url: '/token',
           remoteAddress: address,
-          headers: { 'content-type': 'application/x-www-form-urlencoded', authorization: basic('service', secret) },
+          headers: { 'content-type': 'application/x-www-form-urlencoded', authorization: basic(client, secret) },
           payload: 'grant_type=client_credentials',
         });
-      for (const address of ['10.0.0.1', '10.0.0.2', '10.0.0.3']) assertOAuthError(await from(address, 'bad'), 401, 'invalid_client');
-      const limited = await from('10.0.0.4', SECRET);
-      assertOAuthError(limited, 429, 'invalid_request');
-      assert.ok(Number(limited.headers['retry-after']) > 0);
-      // Another client from a fresh address is not affected.
-      const other = await t.app.inject({
-        method: 'POST',
-        url: '/token',
-        remoteAddress: '10.0.0.5',
-        headers: { 'content-type': 'application/x-www-form-urlencoded', authorization: basic('norefresh', SECRET) },
-        payload: 'grant_type=client_credentials',
-      });
-      assertOk(other);
+      for (let i = 0; i < 3; i++) assertOAuthError(await from('10.0.0.1', 'service', 'bad'), 401, 'invalid_client');
+      assertOAuthError(await from('10.0.0.1', 'norefresh', SECRET), 429, 'invalid_request');
+      assertOk(await from('10.0.0.2', 'service', SECRET));
     } finally {
       await t.app.close();
     }

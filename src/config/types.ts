@@ -50,6 +50,51 @@ export interface ClientRecord {
   /** Milliseconds; present when the client gets refresh tokens. */
   readonly refreshLifetimeMs?: number;
   readonly scopes: readonly string[];
+  /** Shown on sign-in and consent pages; the client_id when absent. */
+  readonly displayName?: string;
+  /** Exact URIs /logout may send the browser back to (DESIGN.md §8). */
+  readonly postLogoutRedirectUris: readonly string[];
+  /** The algorithm of this client's ID tokens (DESIGN.md §3); default RS256. */
+  readonly idTokenSigningAlg: 'RS256' | 'ES256';
+  /** Milliseconds a just-rotated refresh token may be presented again by this client (DESIGN.md §6); 0 = strict. */
+  readonly refreshReuseGraceMs: number;
+}
+
+/** Every limit of DESIGN.md §4 that operators set (`limits { }`, §3). */
+export interface LimitsConfig {
+  /** Failed requests per client per address, per minute. */
+  readonly clientFailures: number;
+  /** Failed requests per address, per minute. */
+  readonly addressFailures: number;
+  /** Wrong passwords per user per address, per 15 minutes. */
+  readonly loginFailures: number;
+  /** Wrong passwords per user from all addresses, per 15 minutes, beyond which answers are slowed. */
+  readonly loginFailuresAny: number;
+  /** Wrong user codes per address, per 15 minutes. */
+  readonly userCodeFailures: number;
+}
+
+/** A resource server that may call /introspect (DESIGN.md §8); its label is an audience entry that can be named. */
+export interface ResourceServerRecord {
+  readonly label: string;
+  /** Never logged or printed. */
+  readonly secret: string;
+}
+
+/** Clients that are not in the config (DESIGN.md §9). */
+export interface DynamicClientsConfig {
+  readonly audience: readonly string[];
+  readonly metadataDocuments: boolean;
+  readonly registration: 'off' | 'open' | 'token';
+  /** The initial access token for registration = "token" (from token_file). Never logged. */
+  readonly registrationToken?: string;
+  readonly scopes: readonly string[];
+  /** Scope values given to a request without scope; absent: such a request is invalid_request. */
+  readonly defaultScope?: readonly string[];
+  readonly refreshLifetimeMs?: number;
+  readonly refreshReuseGraceMs: number;
+  /** Tests only: metadata documents may live on loopback and private addresses. */
+  readonly allowPrivateAddresses: boolean;
 }
 
 export interface Config {
@@ -67,6 +112,13 @@ export interface Config {
   readonly users: ReadonlyMap<string, UserRecord>;
   readonly federations: ReadonlyMap<string, FederationRecord>;
   readonly clients: ReadonlyMap<string, ClientRecord>;
+  /** Addresses and CIDRs (as written) whose X-Forwarded-* headers are believed; empty: none (DESIGN.md §3). */
+  readonly trustedProxies: readonly string[];
+  readonly limits: LimitsConfig;
+  /** Prometheus text on its own listener; absent: no metrics listener. */
+  readonly metrics?: { readonly listen: { readonly host: string; readonly port: number } };
+  readonly resourceServers: ReadonlyMap<string, ResourceServerRecord>;
+  readonly dynamicClients?: DynamicClientsConfig;
 }
 
 /** A problem found while loading; every one is reported, not just the first. */

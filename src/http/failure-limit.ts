@@ -1,23 +1,43 @@
-/** Rate limits on failed requests per address and per client (DESIGN.md §4: 429 with Retry-After). */
+/**
+ * Rate limits on failed requests (DESIGN.md §4: 429 with Retry-After): per address, and per client *per address*,
+ * so failures from one address never lock a client out for the addresses that did not fail.
+ */
 import { OAuthError } from '../policy/oauth-error.js';
 import type { FixedWindowLimiter } from './rate-limit.js';
 
-const keysOf = (address: string, clientId: string | undefined): string[] =>
-  clientId === undefined ? [`ip:${address}`] : [`ip:${address}`, `client:${clientId}`];
-
-/** 429 when the address or the client has failed too often in the current window. */
-export function tooManyFailures(limiter: FixedWindowLimiter, address: string, clientId: string | undefined, now: number): OAuthError | undefined {
-  for (const key of keysOf(address, clientId)) {
-    const verdict = limiter.check(key, now);
-    if (verdict.limited) {
-      return new OAuthError('invalid_request', 'too many failed requests; slow down', 429, { 'Retry-After': String(verdict.retryAfterSeconds) });
-    }
-  }
-  return undefined;
+export interface FailureLimits {
+  /** Failed requests per client per address, per window. */
+  readonly clientFailures: number;
+  /** Failed requests per address, per window. */
+  readonly addressFailures: number;
 }
 
-/** Counts a refused request (4xx other than 429) against its address and claimed client. */
+const addressKey = (address: string): string => `ip:${address}`;
+const clientKey = (address: string, clientId: string): string => `client:${address}:${clientId}`;
+
+/** 429 when the address, or this client from this address, has failed too often in the current window. */
+export function tooManyFailures(
+  limiter: FixedWindowLimiter,
+  limits: FailureLimits,
+  address: string,
+  clientId: string | undefined,
+  now: number,
+): OAuthError | undefined {
+  const verdicts = [limiter.check(addressKey(address), limits.addressFailures, now)];
+  if (clientId !== undefined) verdicts.push(limiter.check(clientKey(address, clientId), limits.clientFailures, now));
+  const limited = verdicts.find((verdict) => verdict.limited);
+  if (limited === undefined) return undefined;
+  return new OAuthError('invalid_request', 'too many failed requests; slow down', 429, { 'Retry-After': String(limited.retryAfterSeconds) });
+}
+
+/** Counts a refused request (4xx other than 429) against its address and, when it names one, its client from that address. */
 export function countFailure(limiter: FixedWindowLimiter, address: string, clientId: string | undefined, status: number, now: number): void {
   if (status < 400 || status >= 500 || status === 429) return;
-  for (const key of keysOf(address, clientId)) limiter.hit(key, now);
+  countAgainstAddress(limiter, address, now);
+  if (clientId !== undefined) limiter.hit(clientKey(address, clientId), now);
+}
+
+/** Counts something an address makes the server keep or do (a login request, a fetch) against its failure budget. */
+export function countAgainstAddress(limiter: FixedWindowLimiter, address: string, now: number): void {
+  limiter.hit(addressKey(address), now);
 }

@@ -18,8 +18,6 @@ import type { AttemptStore, DeviceAuthorizationRecord, DeviceCodeStore, LoginReq
 export type DevicePageStores = DeviceCodeStore & SessionStore & LoginRequestStore & AttemptStore;
 
 /** RFC 8628 §5.1: wrong user codes are limited per address, so the code space cannot be searched. */
-export const USER_CODE_WINDOW_MS = 15 * 60_000;
-
 const attemptKey = (address: string): string => `user-code-address:${address}`;
 
 type Lookup =
@@ -72,20 +70,22 @@ ${message === undefined ? html`` : html`<p class="error" role="alert">${message}
     );
   }
 
-  /** Finds the pending authorization for a typed code, counting a wrong code against the address. */
+  /**
+   * Finds the pending authorization for a typed code. The lookup is counted against the address before the code is
+   * looked up (one atomic statement, so parallel guesses cannot slip past the limit) and forgiven when the code is
+   * known: only wrong codes use up user_code_failures (RFC 8628 §5.1).
+   */
   async function lookUp(request: FastifyRequest, typed: string): Promise<Lookup> {
     const now = ctx.now();
     const key = attemptKey(request.ip);
-    if ((await store.peekAttempts(key, now)) >= ctx.limits.userCodeFailuresPerAddress) {
-      const retryAfterSeconds = Math.ceil(USER_CODE_WINDOW_MS / 1000);
+    if ((await store.countAttempt(key, now, ctx.limits.userCodeWindowMs)) > ctx.limits.userCodeFailures) {
+      const retryAfterSeconds = Math.ceil(ctx.limits.userCodeWindowMs / 1000);
       return { found: false, status: 429, message: 'Too many wrong codes. Try again later.', retryAfterSeconds };
     }
     const userCode = normaliseUserCode(typed);
     const record = userCode === undefined ? undefined : await store.findByUserCode(userCode, now);
-    if (record === undefined) {
-      await store.countAttempt(key, now, USER_CODE_WINDOW_MS);
-      return { found: false, status: 400, message: 'That code is not known or has expired. Check the code on your device.' };
-    }
+    if (record === undefined) return { found: false, status: 400, message: 'That code is not known or has expired. Check the code on your device.' };
+    await store.forgiveAttempt(key, now);
     request.clientId = record.clientId;
     if (record.status !== 'pending') return { found: false, status: 400, message: 'That code was already used. Start again on your device.' };
     return { found: true, record };

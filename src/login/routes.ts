@@ -1,8 +1,11 @@
 /** GET/POST /login: the local sign-in form (DESIGN.md §4 "Sign-in page contract"). */
 import { randomBytes } from 'node:crypto';
+import { setTimeout as sleep } from 'node:timers/promises';
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import type { AppContext } from '../context.js';
+import { digestOf } from '../crypto/digest.js';
 import { hashPassword, verifyPassword } from '../crypto/password.js';
+import { countFailure, tooManyFailures } from '../http/failure-limit.js';
 import { csrfToken, csrfValid } from '../http/csrf.js';
 import { expiredSignIn, isLoginId } from '../http/login-request.js';
 import { formTargetOf, html, sendPage } from '../http/pages.js';
@@ -11,6 +14,10 @@ import { sendErrorPage } from '../http/render-error.js';
 import { startSession } from '../http/session.js';
 import type { AttemptStore, LoginRequestRecord, LoginRequestStore, SessionStore } from '../store/types.js';
 import { finishSignIn } from './finish.js';
+
+/** The slow-down beyond login_failures_any grows by this much per further wrong password, up to MAX_SLOWDOWN_MS (DESIGN.md §7). */
+const SLOWDOWN_STEP_MS = 250;
+const MAX_SLOWDOWN_MS = 5000;
 
 /** The state sign-in reads and changes. */
 export type SignInStores = SessionStore & LoginRequestStore & AttemptStore;
@@ -60,17 +67,25 @@ export function loginRoutes(ctx: AppContext, store: SignInStores): FastifyPlugin
     return sendPage(reply, status, 'Sign in', signInBody(ctx, csrfToken(ctx.cookies, request, reply), state), target === undefined ? [] : [target]);
   }
 
-  /** Per-user and per-address attempt limits (DESIGN.md §4), kept in the store so instances share them. */
-  async function lockedOut(address: string, username: string): Promise<number | undefined> {
+  /** Keys of the attempt counters: the user name as its digest, since it is attacker-chosen text of any length. */
+  const userAtAddress = (username: string, address: string): string => `login:${digestOf(username)}:${address}`;
+  const userAnywhere = (username: string): string => `login-any:${digestOf(username)}`;
+
+  /**
+   * DESIGN.md §7: the attempt is counted before the password is checked, in one atomic statement, so parallel
+   * guesses cannot all pass a check made before any of them was counted. Beyond login_failures for this user from
+   * this address: 429, the right password included, until the window ends. Beyond login_failures_any from all
+   * addresses: only slowed, so nobody can lock a user out from addresses that never failed.
+   */
+  async function admit(username: string, address: string): Promise<{ refused: true } | { refused: false; delayMs: number }> {
     const now = ctx.now();
-    const [byUser, byAddress] = await Promise.all([
-      store.peekAttempts(`login-user:${username}`, now),
-      store.peekAttempts(`login-address:${address}`, now),
+    const [here, anywhere] = await Promise.all([
+      store.countAttempt(userAtAddress(username, address), now, ctx.limits.loginWindowMs),
+      store.peekAttempts(userAnywhere(username), now),
     ]);
-    if (byUser >= ctx.limits.loginFailuresPerUser || byAddress >= ctx.limits.loginFailuresPerAddress) {
-      return Math.ceil(ctx.limits.loginWindowMs / 1000);
-    }
-    return undefined;
+    if (here > ctx.limits.loginFailures) return { refused: true };
+    const beyond = anywhere - ctx.limits.loginFailuresAny;
+    return { refused: false, delayMs: beyond < 0 ? 0 : Math.min(MAX_SLOWDOWN_MS, (beyond + 1) * SLOWDOWN_STEP_MS) };
   }
 
   return async (app) => {
@@ -94,22 +109,29 @@ export function loginRoutes(ctx: AppContext, store: SignInStores): FastifyPlugin
         return showForm(request, reply, 400, { loginId, pending, username, message: 'The form expired. Please sign in again.' });
       }
       const address = request.ip;
-      const retryAfter = await lockedOut(address, username);
-      if (retryAfter !== undefined) {
+      const limited = tooManyFailures(ctx.failures, ctx.limits, address, undefined, ctx.now());
+      if (limited !== undefined) {
         request.outcome = 'too_many_attempts';
-        reply.header('Retry-After', String(retryAfter));
+        reply.header('Retry-After', limited.headers['Retry-After'] ?? '60');
+        return showForm(request, reply, 429, { loginId, pending, username, message: 'Too many failed requests from your network. Try again later.' });
+      }
+      const admission = await admit(username, address);
+      if (admission.refused) {
+        request.outcome = 'too_many_attempts';
+        reply.header('Retry-After', String(Math.ceil(ctx.limits.loginWindowMs / 1000)));
         return showForm(request, reply, 429, { loginId, pending, username, message: 'Too many sign-in attempts. Try again later.' });
       }
+      if (admission.delayMs > 0) await sleep(admission.delayMs);
       const user = ctx.config.users.get(username);
       const valid = await verifyPassword(password.slice(0, 1024), user?.passwordHash ?? (await (unknownUserHash ??= hashPassword(randomBytes(16).toString('hex')))));
       if (user === undefined || !valid) {
-        const now = ctx.now();
-        await store.countAttempt(`login-user:${username}`, now, ctx.limits.loginWindowMs);
-        await store.countAttempt(`login-address:${address}`, now, ctx.limits.loginWindowMs);
+        await store.countAttempt(userAnywhere(username), ctx.now(), ctx.limits.loginWindowMs);
+        countFailure(ctx.failures, address, undefined, 401, ctx.now());
         request.outcome = 'wrong_credentials';
         return showForm(request, reply, 401, { loginId, pending, username, message: 'Wrong username or password.' });
       }
-      await store.clearAttempts(`login-user:${username}`);
+      // The right password ends this address's count for the user; the count across addresses runs out by itself.
+      await store.clearAttempts(userAtAddress(username, address));
       const now = ctx.now();
       await startSession(store, reply, { cookies: ctx.cookies, lifetimeMs: ctx.sessionLifetimeMs, now }, user.username, { email: user.email, name: user.name });
       return finishSignIn(store, reply, ctx.config.basePath, pending, now);

@@ -5,7 +5,7 @@
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import type { AppContext } from '../context.js';
 import { sameBrowser } from '../http/csrf.js';
-import { countFailure, tooManyFailures } from '../http/failure-limit.js';
+import { countAgainstAddress, countFailure, tooManyFailures } from '../http/failure-limit.js';
 import { expiredSignIn, isLoginId, startLogin } from '../http/login-request.js';
 import { pageHeaders } from '../http/pages.js';
 import { EMPTY_PARAMS, parseParams, queryOf, single, type Params } from '../http/params.js';
@@ -36,7 +36,7 @@ export function authorizeRoutes(ctx: AppContext, store: AuthorizeStores): Fastif
 
   async function handle(request: FastifyRequest, reply: FastifyReply, params: Params): Promise<FastifyReply> {
     const claimedClient = params.get('client_id')?.[0];
-    const limited = tooManyFailures(ctx.failures, request.ip, claimedClient, ctx.now());
+    const limited = tooManyFailures(ctx.failures, ctx.limits, request.ip, claimedClient, ctx.now());
     if (limited !== undefined) return sendErrorPage(reply, limited);
     const validation = validateAuthorizationRequest(params, ctx.config.clients, ctx.issuer);
     if (!validation.ok) {
@@ -57,6 +57,8 @@ export function authorizeRoutes(ctx: AppContext, store: AuthorizeStores): Fastif
         const error = new OAuthError('login_required', 'the person is not signed in');
         return pageHeaders(reply).redirect(errorRedirect(ctx.issuer, authorization.redirectUri, error, authorization.state), 303);
       }
+      // Each sign-in keeps a login request on the server: they count against the address (DESIGN.md §4), so a loop cannot fill the store.
+      countAgainstAddress(ctx.failures, request.ip, ctx.now());
       return startLogin(loginStart(), request, reply, { kind: 'authorize', authorization });
     }
     return finish(request, reply, authorization, session);

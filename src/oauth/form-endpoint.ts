@@ -19,7 +19,7 @@ export async function handleFormEndpoint(
   const clientId = presented.claimedClientId;
   request.clientId = clientId;
   try {
-    const limited = tooManyFailures(ctx.failures, request.ip, clientId, ctx.now());
+    const limited = tooManyFailures(ctx.failures, ctx.limits, request.ip, clientId, ctx.now());
     if (limited !== undefined) throw limited;
     if (request.headers['content-type'] === undefined && request.body === undefined) {
       throw new OAuthError('invalid_request', 'the body must be application/x-www-form-urlencoded', 415);

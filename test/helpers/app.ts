@@ -23,6 +23,9 @@ export function client(overrides: Partial<ClientRecord> & { clientId: string }):
     redirectUris: [REDIRECT],
     audience: AUDIENCE,
     scopes: ['openid', 'profile', 'email'],
+    postLogoutRedirectUris: [],
+    idTokenSigningAlg: 'RS256',
+    refreshReuseGraceMs: 0,
     ...overrides,
   };
 }
@@ -50,6 +53,9 @@ export async function testConfig(overrides: Partial<Config> = {}): Promise<Confi
     users: new Map([['alice', alice]]),
     federations: new Map(),
     clients: new Map(clients.map((c) => [c.clientId, c])),
+    trustedProxies: [],
+    limits: { clientFailures: 300, addressFailures: 300, loginFailures: 10, loginFailuresAny: 100, userCodeFailures: 20 },
+    resourceServers: new Map(),
     ...overrides,
   };
 }
