@@ -42,14 +42,14 @@ function assertMetadata(response: LightMyRequestResponse, issuer: string): void 
   assert.equal(metadata.userinfo_endpoint, `${issuer}/userinfo`);
   assert.equal(metadata.jwks_uri, `${issuer}/jwks`);
   assert.deepEqual(metadata.code_challenge_methods_supported, ['S256']);
-  assert.deepEqual(metadata.token_endpoint_auth_methods_supported, ['client_secret_basic', 'none']);
+  assert.deepEqual(metadata.token_endpoint_auth_methods_supported, ['client_secret_basic', 'client_secret_post', 'none']);
   assert.equal(metadata.authorization_response_iss_parameter_supported, true);
   assert.deepEqual(metadata.response_types_supported, ['code']);
   for (const grantType of ['authorization_code', 'refresh_token', 'client_credentials']) {
     assert.ok((metadata.grant_types_supported as string[]).includes(grantType), grantType);
   }
   assert.ok((metadata.scopes_supported as string[]).includes('openid'));
-  assert.ok((metadata.id_token_signing_alg_values_supported as string[]).includes('RS256'));
+  assert.deepEqual(metadata.id_token_signing_alg_values_supported, ['RS256', 'ES256']);
   assert.ok(Array.isArray(metadata.subject_types_supported));
 }
 

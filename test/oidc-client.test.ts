@@ -102,7 +102,10 @@ describe('openid-client v6 against a listening Pinpoint', () => {
       }),
     });
     assert.ok(submitted.status === 302 || submitted.status === 303, `sign-in answered ${submitted.status}`);
-    const callback = new URL(submitted.headers.get('location') as string);
+    // Sign-in sends the browser back to /authorize/resume, which sends it on to the client.
+    const resumed = await browser.fetch(new URL(submitted.headers.get('location') as string, action));
+    assert.equal(resumed.status, 303, await resumed.text());
+    const callback = new URL(resumed.headers.get('location') as string);
     assert.equal(`${callback.origin}${callback.pathname}`, REDIRECT);
 
     // openid-client checks state, iss (RFC 9207), PKCE, and the ID token (signature, iss, aud, nonce, exp).
@@ -143,5 +146,16 @@ describe('openid-client v6 against a listening Pinpoint', () => {
     // ... and the refused refresh left the token usable; with no resource, aud is the authorization's two.
     const again = await client.refreshTokenGrant(config, refreshed.refresh_token);
     assert.deepEqual(decodeJwt(again.access_token).aud, [API, FILES]);
+  });
+
+  test("openid-client's default client authentication (client_secret_post) works at /token", async () => {
+    // No ClientAuth argument: openid-client v6 then sends client_id and client_secret in the body.
+    const config = await client.discovery(new URL(issuer), 'service', SECRET, undefined, { execute: [client.allowInsecureRequests] });
+    assert.ok((config.serverMetadata().token_endpoint_auth_methods_supported ?? []).includes('client_secret_post'));
+    const tokens = await client.clientCredentialsGrant(config, { scope: 'read' });
+    assert.equal(tokens.scope, 'read');
+    assert.deepEqual(decodeJwt(tokens.access_token).aud, AUDIENCE);
+    const wrong = await client.discovery(new URL(issuer), 'service', 'not-the-secret', undefined, { execute: [client.allowInsecureRequests] });
+    await assert.rejects(client.clientCredentialsGrant(wrong, { scope: 'read' }), (error: unknown) => (error as { error?: string }).error === 'invalid_client');
   });
 });

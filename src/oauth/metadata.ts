@@ -23,8 +23,9 @@ export function serverMetadata(ctx: AppContext): Record<string, unknown> {
     response_modes_supported: ['query'],
     grant_types_supported: grantTypes,
     subject_types_supported: ['public'],
-    id_token_signing_alg_values_supported: ['RS256'],
-    token_endpoint_auth_methods_supported: ['client_secret_basic', 'none'],
+    // Resource-server libraries read this list to learn the access tokens' ES256 too (DESIGN.md §4).
+    id_token_signing_alg_values_supported: ['RS256', 'ES256'],
+    token_endpoint_auth_methods_supported: ['client_secret_basic', 'client_secret_post', 'none'],
     code_challenge_methods_supported: ['S256'],
     claims_supported: ['iss', 'sub', 'aud', 'exp', 'iat', 'auth_time', 'nonce', 'at_hash', 'email', 'name'],
     prompt_values_supported: ['none', 'login'],

@@ -50,8 +50,10 @@ export async function issueTokens(ctx: AppContext, input: IssueInput, now: numbe
   };
   if (input.refreshToken !== undefined) response.refresh_token = input.refreshToken;
   if (input.idToken !== undefined && input.scope.includes('openid')) {
+    // DESIGN.md §3: a client chooses its ID token algorithm; ES256 uses the access-token key.
+    const idTokenKey = input.client.idTokenSigningAlg === 'ES256' ? ctx.keys.accessToken : ctx.keys.idToken;
     response.id_token = await signJwt(
-      ctx.keys.idToken,
+      idTokenKey,
       'JWT',
       idTokenClaims({
         issuer: ctx.issuer,
