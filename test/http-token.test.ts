@@ -18,6 +18,7 @@ import {
   refresh,
   signInForCode,
   testApp,
+  testConfig,
   type TestApp,
 } from './helpers/app.js';
 
@@ -595,6 +596,26 @@ describe('/token client authentication and request shape', () => {
     assertOk(response);
     assert.equal(response.headers['cache-control'], 'no-store');
     assert.match(String(response.headers['content-type']), /^application\/json/);
+  });
+});
+
+describe('/token: a client that chose ES256 ID tokens (DESIGN.md §3 id_token_signing_alg)', () => {
+  test('its ID token is ES256 and verifies against /jwks; at_hash still matches', async () => {
+    const config = await testConfig();
+    const webapp = config.clients.get('webapp');
+    assert.ok(webapp);
+    const t = await testApp({ config: { ...config, clients: new Map([...config.clients, ['webapp', { ...webapp, idTokenSigningAlg: 'ES256' as const }]]) } });
+    try {
+      const body = assertOk(await exchangeCode(t.app, await signInForCode(t.app, { nonce: 'n-es' })));
+      const idToken = body.id_token as string;
+      assert.equal(decodeProtectedHeader(idToken).alg, 'ES256');
+      assert.equal(decodeProtectedHeader(idToken).typ, 'JWT');
+      const { payload } = await jwtVerify(idToken, await jwksOf(t.app), { issuer: ISSUER, audience: 'webapp', algorithms: ['ES256'] });
+      assert.equal(payload.nonce, 'n-es');
+      assert.equal(payload.at_hash, createHash('sha256').update(body.access_token, 'ascii').digest().subarray(0, 16).toString('base64url'));
+    } finally {
+      await t.app.close();
+    }
   });
 });
 
