@@ -1,7 +1,7 @@
 /**
  * Bulk seeding for the scale cases: `grants` live grants, each with an active refresh token, written
- * straight into a Pinpoint SQLite file in large transactions (rows as the store writes them: rows.ts
- * grantParams, SHA-256 digests from tokens/mint.ts). When the driver needs more fresh tokens than there
+ * straight into a Pinpoint SQLite file in large transactions (rows as the store writes them: the store's own
+ * statements and parameters, SHA-256 digests from crypto/). When the driver needs more fresh tokens than there
  * are grants, the grants get several active tokens each. Writes `tokens` token values, spread evenly over
  * the table and shuffled (clients refresh in no particular order), one per line, to `out`.
  * Usage: node --import tsx bench/seed-sqlite.ts DB_PATH GRANTS TOKENS OUT
@@ -9,10 +9,13 @@
 import { randomUUID } from 'node:crypto';
 import { writeFile } from 'node:fs/promises';
 import Database from 'better-sqlite3';
-import { GRANT_EXPIRY_SLACK_MS, grantParams } from '../src/store/rows.js';
+import { sqliteStatement } from '../src/store/dialect.js';
+import { grantParams, refreshTokenParams } from '../src/store/rows.js';
+import { GRANT_EXPIRY_SLACK_MS } from '../src/store/rules.js';
+import { SQL, type Statement } from '../src/store/sql.js';
 import { SqliteStore } from '../src/store/sqlite.js';
 import type { Grant } from '../src/store/types.js';
-import { newRefreshToken } from '../src/tokens/mint.js';
+import { newRefreshToken } from '../src/crypto/refresh-token.js';
 import { AUDIENCE, CLIENT_ID, REFRESH_LIFETIME_MS, SCOPE, shuffled } from './common.js';
 
 const BATCH = 50_000;
@@ -32,10 +35,14 @@ const started = performance.now();
 await new SqliteStore(path).close();
 const db = new Database(path);
 db.pragma('journal_mode = WAL');
-const insertGrant = db.prepare(
-  'INSERT INTO grants (id, client_id, subject, scope, resources, claims, auth_time, created_at, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)',
-);
-const insertToken = db.prepare("INSERT INTO refresh_tokens (grant_id, digest, issued_at, expires_at, status) VALUES (?, ?, ?, ?, 'active')");
+/** The store's statement, whose parameters come in order. */
+const prepare = (statement: Statement): Database.Statement => {
+  const { text, order } = sqliteStatement(statement.text);
+  if (order !== undefined) throw new Error(`${statement.name}: parameters out of order`);
+  return db.prepare(text);
+};
+const insertGrant = prepare(SQL.insertGrant);
+const insertToken = prepare(SQL.insertRefreshToken);
 
 const handedOut: string[] = [];
 let written = 0;
@@ -51,13 +58,13 @@ const insertBatch = db.transaction((from: number, to: number, now: number): void
       claims: {},
       authTime: now,
       createdAt: now,
-      // As addRefreshToken leaves it: past its tokens by the slack.
+      // As adding a refresh token leaves it (rules.ts grantExtension): past its tokens by the slack.
       expiresAt: now + REFRESH_LIFETIME_MS + GRANT_EXPIRY_SLACK_MS,
     };
     insertGrant.run(...grantParams(grant));
     for (let t = 0; t < tokensPerGrant; t += 1) {
       const token = newRefreshToken(grant.id, now, REFRESH_LIFETIME_MS);
-      insertToken.run(token.record.grantId, token.record.digest, token.record.issuedAt, token.record.expiresAt);
+      insertToken.run(...refreshTokenParams(token.record));
       if (tokenIndex % stride === 0 && written < wanted) {
         handedOut.push(token.value);
         written += 1;

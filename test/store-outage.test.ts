@@ -7,7 +7,7 @@ import { randomBytes } from 'node:crypto';
 import { createServer, type AddressInfo } from 'node:net';
 import { describe, it, test } from 'node:test';
 import pg from 'pg';
-import { StoreUnavailableError } from '../src/errors.js';
+import { StoreUnavailableError } from '../src/store/unavailable.js';
 import { openStore } from '../src/store/open.js';
 import { PostgresStore } from '../src/store/postgres.js';
 import { startRelay } from './helpers/relay.js';
@@ -39,7 +39,7 @@ describe('postgres outage', () => {
       const now = Date.now();
       const started = Date.now();
       await assert.rejects(store.ping(), unavailableWithoutPassword);
-      await assert.rejects(store.getGrant('g'), unavailableWithoutPassword);
+      await assert.rejects(store.findCode('c', now), unavailableWithoutPassword);
       await assert.rejects(store.findRefreshToken('g', 'd', now), unavailableWithoutPassword);
       await assert.rejects(store.rotateRefreshToken('d', { digest: 'e', grantId: 'g', issuedAt: now, expiresAt: now + 1 }, now), unavailableWithoutPassword);
       await assert.rejects(store.loadOrCreateKeys([]), unavailableWithoutPassword);
@@ -83,21 +83,23 @@ if (POSTGRES_URL === undefined) {
     try {
       await Promise.all(Array.from({ length: 5 }, () => store.ping()));
       const now = Date.now();
-      await store.putTransient('login', 'before', 1, now + 60_000);
+      await store.saveSubjectClaims('before', { name: 'Before' }, now + 60_000);
 
       await relay.stop();
       const started = Date.now();
       await assert.rejects(store.ping(), StoreUnavailableError);
-      await assert.rejects(store.getTransient('login', 'before', now), StoreUnavailableError);
-      await assert.rejects(store.putTransient('login', 'during', 2, now + 60_000), StoreUnavailableError);
+      await assert.rejects(store.findSubjectClaims('before', now), StoreUnavailableError);
+      await assert.rejects(store.saveSubjectClaims('during', {}, now + 60_000), StoreUnavailableError);
+      await assert.rejects(store.rotateRefreshToken('d', { digest: 'e', grantId: 'g', issuedAt: now, expiresAt: now + 1 }, now), StoreUnavailableError);
       assert.ok(Date.now() - started < 3000, `took ${Date.now() - started} ms`);
       assert.ok(warnings.length > 0, 'idle connections lost were reported, not thrown');
 
       await relay.start();
       await store.ping();
-      assert.equal(await store.getTransient('login', 'before', now), 1);
-      await store.putTransient('login', 'after', 3, now + 60_000);
-      assert.equal(await store.takeTransient('login', 'after', now), 3);
+      assert.deepEqual(await store.findSubjectClaims('before', now), { name: 'Before' });
+      const state = { state: 'after', loginId: 'l', upstream: 'u', codeVerifier: 'v', nonce: 'n', browser: 'b', expiresAt: now + 60_000 };
+      await store.saveFederationState(state);
+      assert.deepEqual(await store.takeFederationState('after', now), state);
     } finally {
       await store.close();
       await relay.stop();

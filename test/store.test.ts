@@ -12,13 +12,25 @@ import { after, before, describe, it, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import Database from 'better-sqlite3';
 import pg from 'pg';
+import { POSTGRES, SQLITE } from '../src/store/dialect.js';
 import { MemoryStore } from '../src/store/memory.js';
 import { MIGRATIONS, migratePostgres } from '../src/store/migrations.js';
-import { GRANT_EXPIRY_SLACK_MS, grantParams } from '../src/store/rows.js';
+import { grantParams } from '../src/store/rows.js';
+import { GRANT_EXPIRY_SLACK_MS } from '../src/store/rules.js';
 import { openStore } from '../src/store/open.js';
 import { PostgresStore } from '../src/store/postgres.js';
 import { SqliteStore } from '../src/store/sqlite.js';
-import type { AuthorizationCodeRecord, DeviceAuthorizationRecord, Grant, RefreshTokenRecord, Store, StoredKey } from '../src/store/types.js';
+import type {
+  AuthorizationCodeRecord,
+  DeviceAuthorizationRecord,
+  FederationStateRecord,
+  Grant,
+  LoginRequestRecord,
+  RefreshTokenRecord,
+  Store,
+  StoredKey,
+} from '../src/store/types.js';
+import { postgresInspector, schemaAt, sqliteInspector, type StoreInspector } from './helpers/store-inspect.js';
 
 const POSTGRES_URL = process.env['PINPOINT_TEST_POSTGRES_URL'];
 const MINUTE = 60_000;
@@ -54,12 +66,6 @@ function makeCode(grant: Grant, now: number, overrides: Partial<AuthorizationCod
   };
 }
 
-/** The tables as migration 1 made them, with the migrations table (what a database of Pinpoint 0.1 holds). */
-const versionOneSchema = (): string[] => [
-  'CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, applied_at BIGINT NOT NULL)',
-  ...(MIGRATIONS[0]?.statements as readonly string[]),
-];
-
 const makeRefresh = (grant: Grant, now: number, lifetimeMs = 60 * MINUTE): RefreshTokenRecord => ({
   digest: digest(),
   grantId: grant.id,
@@ -67,20 +73,106 @@ const makeRefresh = (grant: Grant, now: number, lifetimeMs = 60 * MINUTE): Refre
   expiresAt: now + lifetimeMs,
 });
 
-/** After migration 2, a version 1 refresh token is found under its grant, rotates, and its row stays beside the new one; closes `store`. */
-async function assertMigratedRefreshToken(
+/** The grant `id` is not stored: a grant of that id can be stored now (and is removed again). Works on every store. */
+async function assertNoGrant(store: Store, grant: Grant, now: number): Promise<void> {
+  await store.createGrantWithCode(grant, makeCode(grant, now));
+  await store.revokeGrant(grant.id);
+}
+
+/** A version 1 database (Pinpoint 0.1) holding `grant` and a refresh token of it, in the given placeholders' form. */
+const versionOneRows = (grant: Grant, token: RefreshTokenRecord, placeholder: (index: number) => string) => [
+  { text: `INSERT INTO grants VALUES (${grantParams(grant).map((_, i) => placeholder(i + 1)).join(', ')})`, values: grantParams(grant) },
+  {
+    text: `INSERT INTO refresh_tokens (digest, grant_id, issued_at, expires_at, status) VALUES (${[1, 2, 3, 4].map(placeholder).join(', ')}, 'active')`,
+    values: [token.digest, grant.id, token.issuedAt, token.expiresAt],
+  },
+];
+
+/** After migration 2 the grant is still there and its old refresh token gone; the grant takes new tokens. Closes `store`. */
+async function assertOldTokensDropped(
   store: Store,
+  inspect: StoreInspector,
   { grant, token, now }: { grant: Grant; token: RefreshTokenRecord; now: number },
-  rows: (store: Store, table: string) => Promise<number>,
 ): Promise<void> {
   try {
-    assert.deepEqual(await store.findRefreshToken(grant.id, token.digest, now), { status: 'active', token, grant });
-    assert.equal(await store.rotateRefreshToken(token.digest, makeRefresh(grant, now), now), true);
-    assert.equal(await rows(store, 'refresh_tokens'), 2);
+    assert.deepEqual(await inspect.grant(grant.id), grant);
+    assert.deepEqual(await store.findRefreshToken(grant.id, token.digest, now), { status: 'unknown' });
+    assert.equal(await inspect.rows('refresh_tokens'), 0, 'the old tokens are gone, not merely unreachable');
+    const code = makeCode(grant, now);
+    await store.createGrantWithCode(makeGrant(now), { ...code, grantId: grant.id });
+    const fresh = makeRefresh(grant, now);
+    assert.equal(await store.consumeCode(code.digest, now, fresh), true);
+    assert.equal((await store.findRefreshToken(grant.id, fresh.digest, now)).status, 'active');
   } finally {
     await store.close();
   }
 }
+
+/** What a version 2 database holds in `transient` (kind, id, value, expires_at): a login request, an upstream sign-in, subject claims. */
+function transientRows(now: number) {
+  const federation: FederationStateRecord = {
+    state: randomId('state'),
+    loginId: randomId('login'),
+    upstream: 'corp',
+    codeVerifier: randomId('verifier'),
+    nonce: randomId('nonce'),
+    browser: digest(),
+    expiresAt: now + 10 * MINUTE,
+  };
+  const { state, expiresAt, ...federationValue } = federation;
+  const claims = { email: 'carol@corp.example', name: 'Carol' };
+  const rows: [string, string, string, number][] = [
+    ['login', randomId('login'), JSON.stringify({ clientId: 'webapp', redirectUri: REDIRECT }), now + 15 * MINUTE],
+    ['federation', state, JSON.stringify(federationValue), expiresAt],
+    ['subject-claims', 'corp:carol', JSON.stringify(claims), now + 30 * 24 * 60 * MINUTE],
+  ];
+  return { rows, federation, claims, subject: 'corp:carol' };
+}
+
+/** After migration 3, the subject claims and the upstream sign-in are found through their own stores; closes `store`. */
+async function assertTransientKept(store: Store, inspect: StoreInspector, kept: ReturnType<typeof transientRows>, now: number): Promise<void> {
+  try {
+    assert.deepEqual(await store.findSubjectClaims(kept.subject, now), kept.claims);
+    assert.deepEqual(await store.takeFederationState(kept.federation.state, now), kept.federation);
+    assert.equal(await inspect.rows('login_requests'), 0, 'login requests of the old shape are dropped');
+  } finally {
+    await store.close();
+  }
+}
+
+const REDIRECT = 'https://app.example.org/callback';
+
+const makeLoginRequest = (now: number, overrides: Partial<LoginRequestRecord> = {}): LoginRequestRecord => ({
+  id: randomId('login'),
+  purpose: {
+    kind: 'authorize',
+    authorization: {
+      clientId: 'webapp',
+      redirectUri: REDIRECT,
+      state: 'xyz',
+      codeChallenge: 'E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM',
+      scope: ['openid', 'profile'],
+      resources: ['https://b.example.org', 'https://a.example.org'],
+      prompt: 'login',
+      maxAge: 300,
+    },
+  },
+  browser: digest(),
+  createdAt: now,
+  expiresAt: now + 15 * MINUTE,
+  ...overrides,
+});
+
+const makeFederationState = (now: number, overrides: Partial<FederationStateRecord> = {}): FederationStateRecord => ({
+  state: randomId('state'),
+  loginId: randomId('login'),
+  upstream: 'corp',
+  codeVerifier: randomId('verifier'),
+  nonce: randomId('nonce'),
+  browser: digest(),
+  expiresAt: now + 10 * MINUTE,
+  ...overrides,
+});
 
 function makeDevice(now: number, overrides: Partial<DeviceAuthorizationRecord> = {}): DeviceAuthorizationRecord {
   return {
@@ -104,10 +196,8 @@ const makeKeys = (now: number): StoredKey[] => [
 const byKid = (keys: readonly StoredKey[]): StoredKey[] => [...keys].sort((a, b) => a.kid.localeCompare(b.kid));
 
 interface Backend {
-  /** A store with empty state (its own file, schema or Maps). */
-  open(): Promise<Store>;
-  /** Physical row count of a table, to see what sweep removed; absent for memory. */
-  rows?(store: Store, table: string): Promise<number>;
+  /** A store with empty state (its own file, schema or Maps), and for SQL stores a way to read its rows from outside. */
+  open(): Promise<{ store: Store; inspect?: StoreInspector }>;
 }
 
 /** The shared contract every implementation must meet. */
@@ -115,7 +205,7 @@ function storeSuite(name: string, backend: () => Backend): void {
   describe(`${name} store`, () => {
     const opened: Store[] = [];
     const open = async (): Promise<Store> => {
-      const store = await backend().open();
+      const { store } = await backend().open();
       opened.push(store);
       return store;
     };
@@ -146,8 +236,6 @@ function storeSuite(name: string, backend: () => Backend): void {
       const grant = makeGrant(now, { resources: ['https://z.example.org', 'https://a.example.org', 'https://m.example.org/'] });
       const code = makeCode(grant, now);
       await store.createGrantWithCode(grant, code);
-      assert.deepEqual(await store.getGrant(grant.id), grant);
-      assert.equal(await store.getGrant('no-such-grant'), undefined);
       assert.deepEqual(await store.findCode(code.digest, now), { status: 'active', code, grant });
 
       const bare = makeGrant(now, { resources: [], claims: {} });
@@ -155,9 +243,8 @@ function storeSuite(name: string, backend: () => Backend): void {
       delete (bareCode as { nonce?: string }).nonce;
       await store.createGrantWithCode(bare, bareCode);
       const lookup = await store.findCode(bareCode.digest, now);
-      assert.equal(lookup.status, 'active');
+      assert.deepEqual(lookup, { status: 'active', code: bareCode, grant: bare });
       assert.ok(lookup.status === 'active' && !('nonce' in lookup.code));
-      assert.deepEqual(await store.getGrant(bare.id), bare);
     });
 
     it('writes neither grant nor code when the code cannot be stored', async () => {
@@ -168,15 +255,14 @@ function storeSuite(name: string, backend: () => Backend): void {
       await store.createGrantWithCode(first, code);
       const second = makeGrant(now);
       await assert.rejects(store.createGrantWithCode(second, { ...code, grantId: second.id }));
-      assert.equal(await store.getGrant(second.id), undefined);
+      await assertNoGrant(store, second, now);
     });
 
-    it('uses a code once: used after consumption, unknown when expired or unknown', async () => {
+    it('uses a code once: used after consumption, unknown when expired unused or unknown', async () => {
       const { store, now, grant, code } = await openWithCode();
       assert.equal(await store.consumeCode(code.digest, now), true);
       assert.equal(await store.consumeCode(code.digest, now), false);
-      assert.deepEqual(await store.findCode(code.digest, now), { status: 'used', grantId: grant.id });
-      assert.deepEqual(await store.findCode(code.digest, code.expiresAt), { status: 'unknown' });
+      assert.deepEqual(await store.findCode(code.digest, now), { status: 'used', code });
       assert.deepEqual(await store.findCode(digest(), now), { status: 'unknown' });
       assert.equal(await store.consumeCode(digest(), now), false);
 
@@ -186,8 +272,20 @@ function storeSuite(name: string, backend: () => Backend): void {
       assert.equal(await store.consumeCode(late.digest, late.expiresAt + 1), false);
     });
 
-    it('lets exactly one of 50 concurrent consumeCode calls win', async () => {
+    it('reports a used code as used after it expired, for as long as its grant lives (DESIGN.md §6)', async () => {
       const { store, now, grant, code } = await openWithCode();
+      const refresh = makeRefresh(grant, now);
+      assert.equal(await store.consumeCode(code.digest, now, refresh), true);
+      const later = code.expiresAt + 10 * MINUTE;
+      assert.deepEqual(await store.findCode(code.digest, later), { status: 'used', code });
+      await store.sweep(later);
+      assert.deepEqual(await store.findCode(code.digest, later), { status: 'used', code }, 'the sweep keeps a used code of a live grant');
+      await store.revokeGrant(grant.id);
+      assert.deepEqual(await store.findCode(code.digest, later), { status: 'unknown' }, 'gone with its grant');
+    });
+
+    it('lets exactly one of 50 concurrent consumeCode calls win', async () => {
+      const { store, now, code } = await openWithCode();
       const results = await Promise.all(Array.from({ length: 50 }, () => store.consumeCode(code.digest, now)));
       assert.equal(results.filter(Boolean).length, 1);
     });
@@ -203,8 +301,10 @@ function storeSuite(name: string, backend: () => Backend): void {
         [['active', true]],
         "only the winner's refresh token was stored",
       );
-      assert.equal((await store.getGrant(grant.id))?.expiresAt, (candidates[0] as RefreshTokenRecord).expiresAt + GRANT_EXPIRY_SLACK_MS);
-      assert.deepEqual(await store.findCode(code.digest, now), { status: 'used', grantId: grant.id });
+      const winner = candidates[results.indexOf(true)] as RefreshTokenRecord;
+      const lookup = await store.findRefreshToken(grant.id, winner.digest, now);
+      assert.equal(lookup.status === 'active' && lookup.grant.expiresAt, winner.expiresAt + GRANT_EXPIRY_SLACK_MS, 'the grant outlives its first token');
+      assert.deepEqual(await store.findCode(code.digest, now), { status: 'used', code });
 
       const expired = makeCode(grant, now);
       await store.createGrantWithCode(makeGrant(now), { ...expired, grantId: grant.id });
@@ -213,33 +313,35 @@ function storeSuite(name: string, backend: () => Backend): void {
       assert.deepEqual(await store.findRefreshToken(grant.id, late.digest, expired.expiresAt), { status: 'unknown' }, 'nothing written');
     });
 
-    it('adds a refresh token, extending the grant to outlive it by the slack', async () => {
-      const { store, now, grant } = await openWithCode();
+    it('extends the grant to outlive each new refresh token by the slack, never shortening it', async () => {
+      const { store, now, grant, code } = await openWithCode();
+      const expiryOf = async (token: RefreshTokenRecord, at: number): Promise<number | undefined> => {
+        const lookup = await store.findRefreshToken(token.grantId, token.digest, at);
+        return lookup.status === 'active' ? lookup.grant.expiresAt : undefined;
+      };
       const token = makeRefresh(grant, now + 1000);
-      await store.addRefreshToken(token);
-      const lookup = await store.findRefreshToken(token.grantId, token.digest, now);
+      assert.equal(await store.consumeCode(code.digest, now, token), true);
       const extended = token.expiresAt + GRANT_EXPIRY_SLACK_MS;
-      assert.deepEqual(lookup, { status: 'active', token, grant: { ...grant, expiresAt: extended } });
-      assert.equal((await store.getGrant(grant.id))?.expiresAt, extended);
+      assert.deepEqual(await store.findRefreshToken(token.grantId, token.digest, now), { status: 'active', token, grant: { ...grant, expiresAt: extended } });
       assert.deepEqual(await store.findRefreshToken(token.grantId, token.digest, token.expiresAt), { status: 'unknown' });
       assert.deepEqual(await store.findRefreshToken(grant.id, digest(), now), { status: 'unknown' });
       assert.deepEqual(await store.findRefreshToken(randomId('grant'), token.digest, now), { status: 'unknown' }, 'found only under its grant');
 
-      const short = makeRefresh(grant, now, 1000);
-      await store.addRefreshToken(short);
-      assert.equal((await store.getGrant(grant.id))?.expiresAt, extended, 'never shortened');
+      const short = makeRefresh(grant, now + 2000, 1000);
+      assert.equal(await store.rotateRefreshToken(token.digest, short, now + 2000), true);
+      assert.equal(await expiryOf(short, now + 2000), extended, 'never shortened');
       const withinSlack = makeRefresh(grant, now + GRANT_EXPIRY_SLACK_MS / 2);
-      await store.addRefreshToken(withinSlack);
-      assert.equal((await store.getGrant(grant.id))?.expiresAt, extended, 'a token expiring within the slack leaves the grant row alone');
+      assert.equal(await store.rotateRefreshToken(short.digest, withinSlack, now + 2500), true);
+      assert.equal(await expiryOf(withinSlack, now + 2500), extended, 'a token expiring within the slack leaves the grant row alone');
       const beyond = makeRefresh(grant, now + GRANT_EXPIRY_SLACK_MS * 2);
-      await store.addRefreshToken(beyond);
-      assert.equal((await store.getGrant(grant.id))?.expiresAt, beyond.expiresAt + GRANT_EXPIRY_SLACK_MS);
+      assert.equal(await store.rotateRefreshToken(withinSlack.digest, beyond, now + 3000), true);
+      assert.equal(await expiryOf(beyond, now + 3000), beyond.expiresAt + GRANT_EXPIRY_SLACK_MS);
     });
 
     it('rotates a refresh token: the old one reads rotated, the new one active, the grant outliving both', async () => {
-      const { store, now, grant } = await openWithCode();
+      const { store, now, grant, code } = await openWithCode();
       const first = makeRefresh(grant, now);
-      await store.addRefreshToken(first);
+      assert.equal(await store.consumeCode(code.digest, now, first), true);
       const next = makeRefresh(grant, now + 5000);
       assert.equal(await store.rotateRefreshToken(first.digest, next, now + 5000), true);
       assert.deepEqual(await store.findRefreshToken(first.grantId, first.digest, now + 5000), {
@@ -256,22 +358,27 @@ function storeSuite(name: string, backend: () => Backend): void {
     });
 
     it('writes nothing when a rotation fails', async () => {
-      const { store, now, grant } = await openWithCode();
+      const { store, now, grant, code } = await openWithCode();
       const first = makeRefresh(grant, now, MINUTE * 2);
-      await store.addRefreshToken(first);
+      assert.equal(await store.consumeCode(code.digest, now, first), true);
       const second = makeRefresh(grant, now + 1000, MINUTE * 3);
       assert.equal(await store.rotateRefreshToken(first.digest, second, now + 1000), true);
-      const expiryBefore = (await store.getGrant(grant.id))?.expiresAt;
+      const grantExpiry = async (): Promise<number | undefined> => {
+        const lookup = await store.findRefreshToken(second.grantId, second.digest, now + 1000);
+        return lookup.status === 'active' ? lookup.grant.expiresAt : undefined;
+      };
+      const expiryBefore = await grantExpiry();
+      assert.equal(expiryBefore, first.expiresAt + GRANT_EXPIRY_SLACK_MS);
 
       const reused = makeRefresh(grant, now + 2000, MINUTE * 500);
       assert.equal(await store.rotateRefreshToken(first.digest, reused, now + 2000), false);
       assert.deepEqual(await store.findRefreshToken(reused.grantId, reused.digest, now + 2000), { status: 'unknown' });
-      assert.equal((await store.getGrant(grant.id))?.expiresAt, expiryBefore);
+      assert.equal(await grantExpiry(), expiryBefore);
 
       const afterExpiry = makeRefresh(grant, second.expiresAt, MINUTE * 500);
       assert.equal(await store.rotateRefreshToken(second.digest, afterExpiry, second.expiresAt), false);
       assert.deepEqual(await store.findRefreshToken(afterExpiry.grantId, afterExpiry.digest, now), { status: 'unknown' });
-      assert.equal((await store.getGrant(grant.id))?.expiresAt, expiryBefore);
+      assert.equal(await grantExpiry(), expiryBefore);
 
       const otherGrant = makeGrant(now);
       await store.createGrantWithCode(otherGrant, makeCode(otherGrant, now));
@@ -282,14 +389,14 @@ function storeSuite(name: string, backend: () => Backend): void {
       const unknown = makeRefresh(grant, now, MINUTE * 500);
       assert.equal(await store.rotateRefreshToken(digest(), unknown, now), false);
       assert.deepEqual(await store.findRefreshToken(unknown.grantId, unknown.digest, now), { status: 'unknown' });
-      assert.equal((await store.getGrant(grant.id))?.expiresAt, expiryBefore);
+      assert.equal(await grantExpiry(), expiryBefore);
       assert.equal((await store.findRefreshToken(second.grantId, second.digest, now + 3000)).status, 'active');
     });
 
     it('lets exactly one of 50 concurrent rotations of one token win, leaving one new active token', async () => {
-      const { store, now, grant } = await openWithCode();
+      const { store, now, grant, code } = await openWithCode();
       const first = makeRefresh(grant, now);
-      await store.addRefreshToken(first);
+      assert.equal(await store.consumeCode(code.digest, now, first), true);
       const candidates = Array.from({ length: 50 }, () => makeRefresh(grant, now + 1000));
       const results = await Promise.all(candidates.map((next) => store.rotateRefreshToken(first.digest, next, now + 1000)));
       assert.equal(results.filter(Boolean).length, 1);
@@ -301,21 +408,22 @@ function storeSuite(name: string, backend: () => Backend): void {
 
     it('revokes a grant with its codes and live refresh tokens', async () => {
       const { store, now, grant, code } = await openWithCode();
-      assert.equal(await store.consumeCode(code.digest, now), true);
       const token = makeRefresh(grant, now);
-      await store.addRefreshToken(token);
+      assert.equal(await store.consumeCode(code.digest, now, token), true);
       const other = makeGrant(now);
+      const otherCode = makeCode(other, now);
       const otherToken = makeRefresh(other, now);
-      await store.createGrantWithCode(other, makeCode(other, now));
-      await store.addRefreshToken(otherToken);
+      await store.createGrantWithCode(other, otherCode);
+      assert.equal(await store.consumeCode(otherCode.digest, now, otherToken), true);
 
       await store.revokeGrant(grant.id);
-      assert.equal(await store.getGrant(grant.id), undefined);
+      await assertNoGrant(store, grant, now);
       assert.deepEqual(await store.findRefreshToken(token.grantId, token.digest, now), { status: 'unknown' });
-      assert.notEqual((await store.findCode(code.digest, now)).status, 'active');
+      assert.deepEqual(await store.findCode(code.digest, now), { status: 'unknown' }, 'a used code goes with its grant');
       assert.equal(await store.consumeCode(code.digest, now), false);
       assert.equal(await store.rotateRefreshToken(token.digest, makeRefresh(grant, now), now), false);
       assert.equal((await store.findRefreshToken(otherToken.grantId, otherToken.digest, now)).status, 'active', 'other grants untouched');
+      assert.deepEqual(await store.findCode(otherCode.digest, now), { status: 'used', code: otherCode });
       await store.revokeGrant(grant.id);
       await store.revokeGrant('no-such-grant');
     });
@@ -350,7 +458,7 @@ function storeSuite(name: string, backend: () => Backend): void {
       const grant = makeGrant(now, { clientId: 'tv', resources: [] });
       const refresh = makeRefresh(grant, now);
       assert.equal(await store.redeemDeviceCode(record.deviceCodeDigest, grant, refresh, now), false, 'pending');
-      assert.equal(await store.getGrant(grant.id), undefined);
+      await assertNoGrant(store, grant, now);
 
       const approval = { approved: true as const, subject: 'alice', claims: { email: 'alice@example.org' }, authTime: now + 7000 };
       assert.equal(await store.decideDeviceAuthorization(record.userCode, approval, now + 7000), true);
@@ -370,10 +478,13 @@ function storeSuite(name: string, backend: () => Backend): void {
       assert.equal((await store.findByDeviceCode(record.deviceCodeDigest))?.status, 'redeemed');
       const winner = results.indexOf(true);
       if (winner === 0) {
-        assert.deepEqual(await store.getGrant(grant.id), { ...grant, expiresAt: refresh.expiresAt + GRANT_EXPIRY_SLACK_MS });
-        assert.equal((await store.findRefreshToken(refresh.grantId, refresh.digest, now + 8000)).status, 'active');
+        assert.deepEqual(await store.findRefreshToken(refresh.grantId, refresh.digest, now + 8000), {
+          status: 'active',
+          token: refresh,
+          grant: { ...grant, expiresAt: refresh.expiresAt + GRANT_EXPIRY_SLACK_MS },
+        });
       } else {
-        assert.equal(await store.getGrant(grant.id), undefined);
+        await assertNoGrant(store, grant, now);
       }
     });
 
@@ -399,7 +510,7 @@ function storeSuite(name: string, backend: () => Backend): void {
       assert.equal(await store.decideDeviceAuthorization(late.userCode, approval, now), true);
       const grant = makeGrant(now);
       assert.equal(await store.redeemDeviceCode(late.deviceCodeDigest, grant, undefined, late.expiresAt), false);
-      assert.equal(await store.getGrant(grant.id), undefined);
+      await assertNoGrant(store, grant, now);
     });
 
     it('keeps a user code for one live record, and gives it up when that record expired', async () => {
@@ -427,26 +538,54 @@ function storeSuite(name: string, backend: () => Backend): void {
       await store.deleteSession(session.digest);
     });
 
-    it('keeps transient values by kind and id, and takes each once', async () => {
+    it('keeps a login request until it expires, and hands it out once', async () => {
       const store = await open();
       const now = Date.now();
-      const value = { clientId: 'webapp', resources: ['b', 'a'], nested: { n: 1, flag: true, none: null } };
-      await store.putTransient('login', 'one', value, now + MINUTE);
-      await store.putTransient('other', 'one', 'x', now + MINUTE);
-      assert.deepEqual(await store.getTransient('login', 'one', now), value);
-      assert.equal(await store.getTransient('login', 'one', now + MINUTE), undefined);
-      assert.equal(await store.getTransient('login', 'two', now), undefined);
-      await store.putTransient('login', 'one', { replaced: true }, now + 2 * MINUTE);
-      assert.deepEqual(await store.getTransient('login', 'one', now + MINUTE), { replaced: true });
+      const request = makeLoginRequest(now);
+      await store.saveLoginRequest(request);
+      const device = makeLoginRequest(now, { purpose: { kind: 'device', userCode: 'WDJBMJHT' } });
+      await store.saveLoginRequest(device);
+      assert.deepEqual(await store.findLoginRequest(request.id, now), request);
+      assert.deepEqual(await store.findLoginRequest(device.id, now), device);
+      assert.equal(await store.findLoginRequest(request.id, request.expiresAt), undefined);
+      assert.equal(await store.findLoginRequest(randomId('login'), now), undefined);
+      await assert.rejects(store.saveLoginRequest({ ...device, browser: digest() }), 'an id is never given twice');
 
-      const takes = await Promise.all(Array.from({ length: 20 }, () => store.takeTransient('login', 'one', now)));
-      assert.deepEqual(takes.filter((taken) => taken !== undefined), [{ replaced: true }]);
-      assert.equal(await store.getTransient('login', 'one', now), undefined);
-      assert.equal(await store.getTransient('other', 'one', now), 'x');
+      const takes = await Promise.all(Array.from({ length: 20 }, () => store.takeLoginRequest(request.id, now)));
+      assert.deepEqual(takes.filter((taken) => taken !== undefined), [request]);
+      assert.equal(await store.findLoginRequest(request.id, now), undefined);
+      assert.deepEqual(await store.findLoginRequest(device.id, now), device, 'others untouched');
 
-      await store.putTransient('login', 'stale', 1, now);
-      assert.equal(await store.takeTransient('login', 'stale', now), undefined);
-      assert.equal(await store.takeTransient('login', 'stale', now - 1), undefined, 'taken even when expired');
+      assert.equal(await store.takeLoginRequest(device.id, device.expiresAt), undefined, 'expired');
+      assert.equal(await store.takeLoginRequest(device.id, now), undefined, 'taken even when expired');
+    });
+
+    it('keeps an upstream sign-in state until it expires, and hands it out once', async () => {
+      const store = await open();
+      const now = Date.now();
+      const record = makeFederationState(now);
+      await store.saveFederationState(record);
+      const takes = await Promise.all(Array.from({ length: 20 }, () => store.takeFederationState(record.state, now)));
+      assert.deepEqual(takes.filter((taken) => taken !== undefined), [record]);
+      assert.equal(await store.takeFederationState(randomId('state'), now), undefined);
+
+      const stale = makeFederationState(now);
+      await store.saveFederationState(stale);
+      assert.equal(await store.takeFederationState(stale.state, stale.expiresAt), undefined);
+      assert.equal(await store.takeFederationState(stale.state, now), undefined, 'taken even when expired');
+    });
+
+    it('keeps the latest claims of a subject until they expire', async () => {
+      const store = await open();
+      const now = Date.now();
+      await store.saveSubjectClaims('corp:alice', { email: 'alice@corp.example' }, now + MINUTE);
+      await store.saveSubjectClaims('corp:bob', {}, now + MINUTE);
+      assert.deepEqual(await store.findSubjectClaims('corp:alice', now), { email: 'alice@corp.example' });
+      assert.deepEqual(await store.findSubjectClaims('corp:bob', now), {});
+      assert.equal(await store.findSubjectClaims('corp:alice', now + MINUTE), undefined);
+      assert.equal(await store.findSubjectClaims('corp:carol', now), undefined);
+      await store.saveSubjectClaims('corp:alice', { email: 'alice@new.example', name: 'Alice' }, now + 2 * MINUTE);
+      assert.deepEqual(await store.findSubjectClaims('corp:alice', now + MINUTE), { email: 'alice@new.example', name: 'Alice' }, 'replaced');
     });
 
     it('counts attempts in a fixed window per key', async () => {
@@ -463,14 +602,25 @@ function storeSuite(name: string, backend: () => Backend): void {
       assert.equal(await store.peekAttempts('login-user:alice', now + 2 * MINUTE - 1), 1);
       const counts = await Promise.all(Array.from({ length: 20 }, () => store.countAttempt('login-address:203.0.113.9', now, MINUTE)));
       assert.deepEqual([...counts].sort((a, b) => a - b), Array.from({ length: 20 }, (_, index) => index + 1));
+      await store.forgiveAttempt('login-address:203.0.113.9', now + 1);
+      assert.equal(await store.peekAttempts('login-address:203.0.113.9', now + 1), 19, 'one taken back');
+      assert.equal(await store.countAttempt('login-address:203.0.113.9', now + 2, MINUTE), 20);
+      await store.forgiveAttempt('login-user:bob', now + MINUTE + 1000);
+      assert.equal(await store.peekAttempts('login-user:bob', now + 1000), 1, 'nothing once the window has ended');
+      await store.countAttempt('once', now, MINUTE);
+      await store.forgiveAttempt('once', now);
+      await store.forgiveAttempt('once', now);
+      assert.equal(await store.peekAttempts('once', now), 0, 'never below zero');
+      assert.equal(await store.countAttempt('once', now, MINUTE), 1);
+      await store.forgiveAttempt('never-counted', now);
+      assert.equal(await store.peekAttempts('never-counted', now), 0);
       await store.clearAttempts('login-user:alice');
       assert.equal(await store.peekAttempts('login-user:alice', now + MINUTE), 0);
       assert.equal(await store.peekAttempts('login-user:bob', now + 1000), 1);
     });
 
     it('sweeps expired rows and keeps live ones', async () => {
-      const instance = backend();
-      const store = await instance.open();
+      const { store, inspect } = await backend().open();
       opened.push(store);
       const now = Date.now();
       const past = now - 20 * MINUTE;
@@ -478,15 +628,22 @@ function storeSuite(name: string, backend: () => Backend): void {
       const oldGrant = makeGrant(past, { expiresAt: now - 1 });
       const oldCode = makeCode(oldGrant, past, { expiresAt: now + MINUTE });
       await store.createGrantWithCode(oldGrant, oldCode);
-      const liveGrant = makeGrant(now, { expiresAt: now + MINUTE });
+      const oldUsedCode = makeCode(oldGrant, past, { expiresAt: past + MINUTE });
+      await store.createGrantWithCode(makeGrant(past, { expiresAt: now + MINUTE }), { ...oldUsedCode, grantId: oldGrant.id });
+      assert.equal(await store.consumeCode(oldUsedCode.digest, past), true);
+
+      const liveGrant = makeGrant(past, { expiresAt: now + MINUTE });
+      const usedCode = makeCode(liveGrant, past, { expiresAt: past + MINUTE });
+      await store.createGrantWithCode(liveGrant, usedCode);
+      const expiredToken = makeRefresh(liveGrant, past, MINUTE);
+      assert.equal(await store.consumeCode(usedCode.digest, past, expiredToken), true);
+      const liveToken = makeRefresh(liveGrant, now, MINUTE / 2);
+      assert.equal(await store.rotateRefreshToken(expiredToken.digest, liveToken, past), true);
       const expiredCode = makeCode(liveGrant, past, { expiresAt: now - 1 });
       const liveCode = makeCode(liveGrant, now);
-      await store.createGrantWithCode(liveGrant, expiredCode);
-      await store.createGrantWithCode(makeGrant(now, { id: randomId('g') }), { ...liveCode, grantId: liveGrant.id });
-      const expiredToken = makeRefresh(liveGrant, past, MINUTE);
-      const liveToken = makeRefresh(liveGrant, now, MINUTE / 2);
-      await store.addRefreshToken(expiredToken);
-      await store.addRefreshToken(liveToken);
+      const holder = makeGrant(now, { expiresAt: now + MINUTE });
+      await store.createGrantWithCode(holder, { ...expiredCode, grantId: liveGrant.id });
+      await store.createGrantWithCode(makeGrant(now, { expiresAt: now + MINUTE }), { ...liveCode, grantId: liveGrant.id });
 
       const longExpiredDevice = makeDevice(past, { expiresAt: now - 11 * MINUTE });
       const recentlyExpiredDevice = makeDevice(past, { expiresAt: now - MINUTE });
@@ -498,40 +655,52 @@ function storeSuite(name: string, backend: () => Backend): void {
       await store.createSession(expiredSession);
       await store.createSession(liveSession);
 
-      // More than one sweep batch of transient rows.
-      await Promise.all(Array.from({ length: 1234 }, (_, index) => store.putTransient('login', `old-${index}`, index, now - 1)));
-      await store.putTransient('login', 'live', 'kept', now + MINUTE);
+      // More than one sweep batch of login requests.
+      await Promise.all(Array.from({ length: 1234 }, () => store.saveLoginRequest(makeLoginRequest(past, { expiresAt: now - 1 }))));
+      const liveRequest = makeLoginRequest(now);
+      await store.saveLoginRequest(liveRequest);
+      await store.saveFederationState(makeFederationState(past, { expiresAt: now - 1 }));
+      const liveState = makeFederationState(now);
+      await store.saveFederationState(liveState);
+      await store.saveSubjectClaims('corp:old', { name: 'Old' }, now - 1);
+      await store.saveSubjectClaims('corp:live', { name: 'Live' }, now + MINUTE);
       await store.countAttempt('old', past, MINUTE);
       await store.countAttempt('live', now, MINUTE);
 
       await store.sweep(now);
 
-      assert.equal(await store.getGrant(oldGrant.id), undefined);
-      assert.equal((await store.getGrant(liveGrant.id))?.id, liveGrant.id);
       assert.deepEqual(await store.findCode(oldCode.digest, now), { status: 'unknown' }, "an expired grant's code goes with it");
+      assert.deepEqual(await store.findCode(oldUsedCode.digest, now), { status: 'unknown' });
+      assert.deepEqual(await store.findCode(usedCode.digest, now), { status: 'used', code: usedCode }, 'a used code stays with its live grant');
       assert.equal((await store.findCode(liveCode.digest, now)).status, 'active');
       assert.equal((await store.findRefreshToken(liveToken.grantId, liveToken.digest, now)).status, 'active');
       assert.equal(await store.findByDeviceCode(longExpiredDevice.deviceCodeDigest), undefined);
       assert.ok(await store.findByDeviceCode(recentlyExpiredDevice.deviceCodeDigest), 'kept a while for expired_token');
       assert.ok(await store.findByDeviceCode(liveDevice.deviceCodeDigest));
       assert.ok(await store.findSession(liveSession.digest, now));
-      assert.equal(await store.getTransient('login', 'live', now), 'kept');
+      assert.deepEqual(await store.findLoginRequest(liveRequest.id, now), liveRequest);
+      assert.deepEqual(await store.findSubjectClaims('corp:live', now), { name: 'Live' });
       assert.equal(await store.peekAttempts('live', now), 1);
 
-      if (instance.rows !== undefined) {
-        assert.equal(await instance.rows(store, 'authorization_codes'), 1);
-        assert.equal(await instance.rows(store, 'refresh_tokens'), 1);
-        assert.equal(await instance.rows(store, 'grants'), 2);
-        assert.equal(await instance.rows(store, 'device_authorizations'), 2);
-        assert.equal(await instance.rows(store, 'sessions'), 1);
-        assert.equal(await instance.rows(store, 'transient'), 1);
-        assert.equal(await instance.rows(store, 'attempts'), 1);
+      if (inspect !== undefined) {
+        assert.equal(await inspect.grant(oldGrant.id), undefined);
+        assert.equal((await inspect.grant(liveGrant.id))?.id, liveGrant.id);
+        assert.equal(await inspect.rows('authorization_codes'), 2, 'the used code and the live one');
+        assert.equal(await inspect.rows('refresh_tokens'), 1);
+        assert.equal(await inspect.rows('grants'), 4, 'the live grant and three holders');
+        assert.equal(await inspect.rows('device_authorizations'), 2);
+        assert.equal(await inspect.rows('sessions'), 1);
+        assert.equal(await inspect.rows('login_requests'), 1);
+        assert.equal(await inspect.rows('federation_states'), 1);
+        assert.equal(await inspect.rows('subject_claims'), 1);
+        assert.equal(await inspect.rows('attempts'), 1);
       }
+      assert.deepEqual(await store.takeFederationState(liveState.state, now), liveState);
       await store.sweep(now);
     });
 
     it('answers ping, describes itself, and closes', async () => {
-      const store = await backend().open();
+      const { store } = await backend().open();
       await store.ping();
       assert.match(store.description, /^(memory|sqlite |postgres )/);
       assert.doesNotMatch(store.description, /password|secret/i);
@@ -541,7 +710,7 @@ function storeSuite(name: string, backend: () => Backend): void {
   });
 }
 
-storeSuite('memory', () => ({ open: async () => new MemoryStore() }));
+storeSuite('memory', () => ({ open: async () => ({ store: new MemoryStore() }) }));
 
 test('openStore with no state block opens the memory store (the config loader gives the warning)', async () => {
   const warnings: string[] = [];
@@ -562,17 +731,23 @@ describe('sqlite', () => {
     await rm(folder, { recursive: true, force: true });
   });
   const nextFile = (): string => join(folder, `nested-${++files}`, 'state', 'pinpoint.db');
-  const rows = async (store: Store, table: string): Promise<number> => {
-    const file = store.description.replace(/^sqlite /, '');
-    const db = new Database(file, { readonly: true });
-    try {
-      return (db.prepare(`SELECT count(*) AS n FROM ${table}`).get() as { n: number }).n;
-    } finally {
-      db.close();
-    }
+  /** A database file of schema `version`, with `rows` (statements in SQLite's form) in it. */
+  const oldDatabase = async (version: number, rows: readonly { text: string; values: readonly unknown[] }[]): Promise<string> => {
+    const file = nextFile();
+    await mkdir(dirname(file), { recursive: true });
+    const db = new Database(file);
+    for (const statement of schemaAt(version, SQLITE)) db.exec(statement);
+    for (const row of rows) db.prepare(row.text).run(...row.values);
+    db.close();
+    return file;
   };
 
-  storeSuite('sqlite', () => ({ open: async () => openStore({ kind: 'sqlite', path: nextFile() }), rows }));
+  storeSuite('sqlite', () => ({
+    open: async () => {
+      const file = nextFile();
+      return { store: await openStore({ kind: 'sqlite', path: file }), inspect: sqliteInspector(file) };
+    },
+  }));
 
   it('creates the folder and a file of mode 0600 in WAL mode', async () => {
     const file = nextFile();
@@ -598,9 +773,10 @@ describe('sqlite', () => {
     const keys = makeKeys(now);
     await first.loadOrCreateKeys(keys);
     const grant = makeGrant(now);
+    const code = makeCode(grant, now);
     const token = makeRefresh(grant, now);
-    await first.createGrantWithCode(grant, makeCode(grant, now));
-    await first.addRefreshToken(token);
+    await first.createGrantWithCode(grant, code);
+    assert.equal(await first.consumeCode(code.digest, now, token), true);
     const second = new SqliteStore(file);
     assert.deepEqual(byKid(await second.loadOrCreateKeys(makeKeys(now))), byKid(keys));
     assert.equal(await second.rotateRefreshToken(token.digest, makeRefresh(grant, now), now), true);
@@ -637,41 +813,42 @@ describe('sqlite', () => {
     assert.equal((JSON.parse(outputs[0] ?? '[]') as string[]).length, 1);
   });
 
-  it('migrates a version 1 database: its grants and refresh tokens are found under the new key', async () => {
-    const file = nextFile();
+  it('migrates a version 1 database: its grants stay, its refresh tokens (which name no grant) are dropped', async () => {
     const now = Date.now();
     const grant = makeGrant(now);
     const token = makeRefresh(grant, now);
-    await mkdir(dirname(file), { recursive: true });
-    const db = new Database(file);
-    for (const statement of versionOneSchema()) db.exec(statement);
-    db.prepare('INSERT INTO schema_migrations (version, applied_at) VALUES (1, ?)').run(now);
-    db.prepare(`INSERT INTO grants VALUES (${grantParams(grant).map(() => '?').join(', ')})`).run(...grantParams(grant));
-    db.prepare("INSERT INTO refresh_tokens (digest, grant_id, issued_at, expires_at, status) VALUES (?, ?, ?, ?, 'active')").run(
-      token.digest, grant.id, token.issuedAt, token.expiresAt,
-    );
-    db.close();
-    await assertMigratedRefreshToken(new SqliteStore(file), { grant, token, now }, rows);
+    const file = await oldDatabase(1, versionOneRows(grant, token, () => '?'));
+    await assertOldTokensDropped(new SqliteStore(file), sqliteInspector(file), { grant, token, now });
     const check = new Database(file, { readonly: true });
     assert.deepEqual((check.prepare('SELECT version FROM schema_migrations ORDER BY version').all() as { version: number }[]).map((row) => row.version), MIGRATIONS.map((migration) => migration.version));
     check.close();
   });
 
+  it('migrates a version 2 database: subject claims and upstream sign-in state move to their own tables', async () => {
+    const now = Date.now();
+    const kept = transientRows(now);
+    const file = await oldDatabase(2, kept.rows.map((values) => ({ text: 'INSERT INTO transient (kind, id, value, expires_at) VALUES (?, ?, ?, ?)', values })));
+    await assertTransientKept(new SqliteStore(file), sqliteInspector(file), kept, now);
+    const check = new Database(file, { readonly: true });
+    assert.equal(check.prepare("SELECT name FROM sqlite_master WHERE name = 'transient'").get(), undefined, 'transient is gone');
+    check.close();
+  });
+
   it('reports a busy database as StoreUnavailableError', async () => {
-    const { StoreUnavailableError } = await import('../src/errors.js');
+    const { StoreUnavailableError } = await import('../src/store/unavailable.js');
     const file = nextFile();
     const store = new SqliteStore(file);
     const blocker = new Database(file, { timeout: 0 });
     blocker.exec('BEGIN IMMEDIATE');
     try {
       const started = Date.now();
-      await assert.rejects(store.putTransient('k', 'i', 1, Date.now() + MINUTE), StoreUnavailableError);
+      await assert.rejects(store.saveSubjectClaims('s', {}, Date.now() + MINUTE), StoreUnavailableError);
       assert.ok(Date.now() - started >= 4000, 'waited for busy_timeout first');
     } finally {
       blocker.exec('ROLLBACK');
       blocker.close();
     }
-    await store.putTransient('k', 'i', 1, Date.now() + MINUTE);
+    await store.saveSubjectClaims('s', {}, Date.now() + MINUTE);
     await store.close();
   });
 });
@@ -713,14 +890,23 @@ if (POSTGRES_URL === undefined) {
     after(async () => {
       for (const name of databases) await admin((client) => client.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`));
     });
-    const rows = async (store: Store, table: string): Promise<number> => {
-      const schema = (store as PostgresStore).schema;
-      return admin(async (client) => Number((await client.query(`SELECT count(*) AS n FROM "${schema}".${table}`)).rows[0].n), urlOf(database));
+    /** A schema of version `version` holding `rows` (statements in PostgreSQL's form). */
+    const oldSchema = async (version: number, rows: readonly { text: string; values: readonly unknown[] }[]): Promise<string> => {
+      const schema = `v${version}_${++schemas}`;
+      await admin(async (client) => {
+        await client.query(`CREATE SCHEMA ${schema}`);
+        await client.query(`SET search_path TO ${schema}`);
+        for (const statement of schemaAt(version, POSTGRES)) await client.query(statement);
+        for (const row of rows) await client.query(row.text, [...row.values]);
+      }, urlOf(database));
+      return schema;
     };
 
     storeSuite('postgres', () => ({
-      open: async () => openStore({ kind: 'postgres', url: urlOf(database), schema: `suite_${++schemas}` }),
-      rows,
+      open: async () => {
+        const schema = `suite_${++schemas}`;
+        return { store: await openStore({ kind: 'postgres', url: urlOf(database), schema }), inspect: postgresInspector(urlOf(database), schema) };
+      },
     }));
 
     it('describes itself without the password', async () => {
@@ -747,22 +933,23 @@ if (POSTGRES_URL === undefined) {
       }
     });
 
-    it('migrates a version 1 schema: its grants and refresh tokens are found under the new key', async () => {
+    it('migrates a version 1 schema: its grants stay, its refresh tokens (which name no grant) are dropped', async () => {
       const now = Date.now();
       const grant = makeGrant(now);
       const token = makeRefresh(grant, now);
-      const schema = `v1_${++schemas}`;
-      await admin(async (client) => {
-        await client.query(`CREATE SCHEMA ${schema}`);
-        await client.query(`SET search_path TO ${schema}`);
-        for (const statement of versionOneSchema()) await client.query(statement);
-        await client.query('INSERT INTO schema_migrations (version, applied_at) VALUES (1, $1)', [now]);
-        await client.query(`INSERT INTO grants VALUES (${grantParams(grant).map((_, i) => `$${i + 1}`).join(', ')})`, [...grantParams(grant)]);
-        await client.query("INSERT INTO refresh_tokens (digest, grant_id, issued_at, expires_at, status) VALUES ($1, $2, $3, $4, 'active')", [
-          token.digest, grant.id, token.issuedAt, token.expiresAt,
-        ]);
-      }, urlOf(database));
-      await assertMigratedRefreshToken(await openStore({ kind: 'postgres', url: urlOf(database), schema }), { grant, token, now }, rows);
+      const schema = await oldSchema(1, versionOneRows(grant, token, (index) => `$${index}`));
+      const store = await openStore({ kind: 'postgres', url: urlOf(database), schema });
+      await assertOldTokensDropped(store, postgresInspector(urlOf(database), schema), { grant, token, now });
+    });
+
+    it('migrates a version 2 schema: subject claims and upstream sign-in state move to their own tables', async () => {
+      const now = Date.now();
+      const kept = transientRows(now);
+      const schema = await oldSchema(2, kept.rows.map((values) => ({ text: 'INSERT INTO transient (kind, id, value, expires_at) VALUES ($1, $2, $3, $4)', values })));
+      const store = await openStore({ kind: 'postgres', url: urlOf(database), schema });
+      await assertTransientKept(store, postgresInspector(urlOf(database), schema), kept, now);
+      const left = await admin(async (client) => (await client.query('SELECT 1 FROM information_schema.tables WHERE table_schema = $1 AND table_name = $2', [schema, 'transient'])).rowCount, urlOf(database));
+      assert.equal(left, 0, 'transient is gone');
     });
 
     it('opens twice at once on a fresh database: both succeed, one migration run, the same keys', async () => {
@@ -812,9 +999,10 @@ if (POSTGRES_URL === undefined) {
         const now = Date.now();
         for (let round = 0; round < 5; round += 1) {
           const grant = makeGrant(now);
-          await first.createGrantWithCode(grant, makeCode(grant, now));
+          const exchanged = makeCode(grant, now);
+          await first.createGrantWithCode(grant, exchanged);
           const token = makeRefresh(grant, now);
-          await first.addRefreshToken(token);
+          assert.equal(await second.consumeCode(exchanged.digest, now, token), true);
           const results = await Promise.all(
             Array.from({ length: 40 }, (_, index) => (index % 2 === 0 ? first : second).rotateRefreshToken(token.digest, makeRefresh(grant, now), now)),
           );
@@ -840,7 +1028,7 @@ if (POSTGRES_URL === undefined) {
         );
         await new Promise((resolve) => setTimeout(resolve, 200));
         await store.ping();
-        assert.equal(await store.getGrant('none'), undefined);
+        assert.deepEqual(await store.findCode('none', Date.now()), { status: 'unknown' });
       } finally {
         await store.close();
       }

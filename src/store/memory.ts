@@ -1,8 +1,11 @@
+import { DEVICE_EXPIRY_SLACK_MS, grantExtension, oldestKeyFirst } from './rules.js';
 import type {
   AuthorizationCodeRecord,
   CodeLookup,
   DeviceAuthorizationRecord,
+  FederationStateRecord,
   Grant,
+  LoginRequestRecord,
   RefreshLookup,
   RefreshTokenRecord,
   SessionRecord,
@@ -10,7 +13,6 @@ import type {
   StoredKey,
   SubjectClaims,
 } from './types.js';
-import { DEVICE_EXPIRY_SLACK_MS, GRANT_EXPIRY_SLACK_MS } from './rows.js';
 
 interface CodeEntry {
   readonly record: AuthorizationCodeRecord;
@@ -22,8 +24,8 @@ interface RefreshEntry {
   status: 'active' | 'rotated';
 }
 
-interface TransientEntry {
-  /** JSON text, so a value reads back as it would from SQLite or PostgreSQL. */
+/** JSON text, so a value reads back as it would from SQLite or PostgreSQL (undefined members dropped). */
+interface JsonEntry {
   readonly json: string;
   readonly expiresAt: number;
 }
@@ -39,7 +41,8 @@ const freezeGrant = (grant: Grant): Grant =>
 const freezeDevice = (record: DeviceAuthorizationRecord): DeviceAuthorizationRecord =>
   Object.freeze({ ...record, scope: [...record.scope], ...(record.claims ? { claims: { ...record.claims } } : {}) });
 
-const transientKey = (kind: string, id: string): string => `${kind}\u0000${id}`;
+const fromJson = <T>(entry: JsonEntry | undefined, now: number): T | undefined =>
+  entry !== undefined && entry.expiresAt > now ? (JSON.parse(entry.json) as T) : undefined;
 
 /** All state in Maps: lost when the process stops (DESIGN.md §6, no `state` block). */
 export class MemoryStore implements Store {
@@ -52,21 +55,16 @@ export class MemoryStore implements Store {
   /** userCode -> deviceCodeDigest. */
   readonly #userCodes = new Map<string, string>();
   readonly #sessions = new Map<string, SessionRecord>();
-  readonly #transient = new Map<string, TransientEntry>();
+  readonly #loginRequests = new Map<string, JsonEntry>();
+  readonly #federationStates = new Map<string, FederationStateRecord>();
+  readonly #subjectClaims = new Map<string, JsonEntry>();
   readonly #attempts = new Map<string, AttemptWindow>();
 
   async loadOrCreateKeys(candidates: readonly StoredKey[]): Promise<StoredKey[]> {
     if (this.#keys === undefined || this.#keys.length === 0) {
-      // The order the SQL stores read them in: oldest first, then by kid.
-      this.#keys = candidates
-        .map((key) => Object.freeze({ ...key }))
-        .sort((a, b) => a.createdAt - b.createdAt || (a.kid < b.kid ? -1 : a.kid > b.kid ? 1 : 0));
+      this.#keys = candidates.map((key) => Object.freeze({ ...key })).sort(oldestKeyFirst);
     }
     return [...this.#keys];
-  }
-
-  async getGrant(grantId: string): Promise<Grant | undefined> {
-    return this.#grants.get(grantId);
   }
 
   async revokeGrant(grantId: string): Promise<void> {
@@ -84,11 +82,11 @@ export class MemoryStore implements Store {
 
   async findCode(digest: string, now: number): Promise<CodeLookup> {
     const entry = this.#codes.get(digest);
-    if (entry === undefined || entry.record.expiresAt <= now) return { status: 'unknown' };
-    if (entry.used) return { status: 'used', grantId: entry.record.grantId };
-    const grant = this.#grants.get(entry.record.grantId);
-    if (grant === undefined) return { status: 'unknown' };
-    return { status: 'active', code: entry.record, grant };
+    const grant = entry === undefined ? undefined : this.#grants.get(entry.record.grantId);
+    if (entry === undefined || grant === undefined) return { status: 'unknown' };
+    // Used stays used past the code's expiry, for as long as its grant lives (DESIGN.md §6).
+    if (entry.used) return { status: 'used', code: entry.record };
+    return entry.record.expiresAt > now ? { status: 'active', code: entry.record, grant } : { status: 'unknown' };
   }
 
   async consumeCode(digest: string, now: number, firstRefresh?: RefreshTokenRecord): Promise<boolean> {
@@ -109,17 +107,13 @@ export class MemoryStore implements Store {
     return { status: 'active', token: entry.record, grant };
   }
 
-  async addRefreshToken(token: RefreshTokenRecord): Promise<void> {
-    if (this.#refreshTokens.has(token.digest)) throw new Error('refresh token digest already exists');
-    this.#insertRefreshToken(token);
-  }
-
-  /** Adds an active token and extends its grant to outlive it. */
+  /** Adds an active token and extends its grant to outlive it (rules.ts). */
   #insertRefreshToken(token: RefreshTokenRecord): void {
     this.#refreshTokens.set(token.digest, { record: Object.freeze({ ...token }), status: 'active' });
-    const grant = this.#grants.get(token.grantId);
-    if (grant !== undefined && grant.expiresAt < token.expiresAt) {
-      this.#grants.set(grant.id, Object.freeze({ ...grant, expiresAt: token.expiresAt + GRANT_EXPIRY_SLACK_MS }));
+    const extension = grantExtension(token);
+    const grant = this.#grants.get(extension.grantId);
+    if (grant !== undefined && grant.expiresAt < extension.before) {
+      this.#grants.set(grant.id, Object.freeze({ ...grant, expiresAt: extension.expiresAt }));
     }
   }
 
@@ -205,20 +199,38 @@ export class MemoryStore implements Store {
     this.#sessions.delete(digest);
   }
 
-  async putTransient(kind: string, id: string, value: unknown, expiresAt: number): Promise<void> {
-    this.#transient.set(transientKey(kind, id), { json: JSON.stringify(value), expiresAt });
+  async saveLoginRequest(record: LoginRequestRecord): Promise<void> {
+    if (this.#loginRequests.has(record.id)) throw new Error('login request id already exists');
+    this.#loginRequests.set(record.id, { json: JSON.stringify(record), expiresAt: record.expiresAt });
   }
 
-  async getTransient<T>(kind: string, id: string, now: number): Promise<T | undefined> {
-    const entry = this.#transient.get(transientKey(kind, id));
-    return entry !== undefined && entry.expiresAt > now ? (JSON.parse(entry.json) as T) : undefined;
+  async findLoginRequest(id: string, now: number): Promise<LoginRequestRecord | undefined> {
+    return fromJson(this.#loginRequests.get(id), now);
   }
 
-  async takeTransient<T>(kind: string, id: string, now: number): Promise<T | undefined> {
-    const key = transientKey(kind, id);
-    const entry = this.#transient.get(key);
-    this.#transient.delete(key);
-    return entry !== undefined && entry.expiresAt > now ? (JSON.parse(entry.json) as T) : undefined;
+  async takeLoginRequest(id: string, now: number): Promise<LoginRequestRecord | undefined> {
+    const entry = this.#loginRequests.get(id);
+    this.#loginRequests.delete(id);
+    return fromJson(entry, now);
+  }
+
+  async saveFederationState(record: FederationStateRecord): Promise<void> {
+    if (this.#federationStates.has(record.state)) throw new Error('federation state already exists');
+    this.#federationStates.set(record.state, Object.freeze({ ...record }));
+  }
+
+  async takeFederationState(state: string, now: number): Promise<FederationStateRecord | undefined> {
+    const record = this.#federationStates.get(state);
+    this.#federationStates.delete(state);
+    return record !== undefined && record.expiresAt > now ? record : undefined;
+  }
+
+  async saveSubjectClaims(subject: string, claims: SubjectClaims, expiresAt: number): Promise<void> {
+    this.#subjectClaims.set(subject, { json: JSON.stringify(claims), expiresAt });
+  }
+
+  async findSubjectClaims(subject: string, now: number): Promise<SubjectClaims | undefined> {
+    return fromJson(this.#subjectClaims.get(subject), now);
   }
 
   async countAttempt(key: string, now: number, windowMs: number): Promise<number> {
@@ -236,15 +248,28 @@ export class MemoryStore implements Store {
     return window !== undefined && window.windowEndsAt > now ? window.count : 0;
   }
 
+  async forgiveAttempt(key: string, now: number): Promise<void> {
+    const window = this.#attempts.get(key);
+    if (window !== undefined && window.windowEndsAt > now && window.count > 0) window.count -= 1;
+  }
+
   async clearAttempts(key: string): Promise<void> {
     this.#attempts.delete(key);
   }
 
   async ping(): Promise<void> {}
 
+  /** As the SQL stores sweep (sql-store.ts): a used code and every token stay while their grant does, and go with it. */
   async sweep(now: number): Promise<void> {
-    for (const [digest, entry] of this.#codes) if (entry.record.expiresAt < now) this.#codes.delete(digest);
-    for (const [digest, entry] of this.#refreshTokens) if (entry.record.expiresAt < now) this.#refreshTokens.delete(digest);
+    const expiredGrants = new Set<string>();
+    for (const [id, grant] of this.#grants) if (grant.expiresAt < now) expiredGrants.add(id);
+    for (const [digest, { record, used }] of this.#codes) {
+      if ((record.expiresAt < now && !used) || expiredGrants.has(record.grantId)) this.#codes.delete(digest);
+    }
+    for (const [digest, { record }] of this.#refreshTokens) {
+      if (record.expiresAt < now || expiredGrants.has(record.grantId)) this.#refreshTokens.delete(digest);
+    }
+    for (const id of expiredGrants) this.#grants.delete(id);
     for (const [digest, record] of this.#devices) {
       if (record.expiresAt < now - DEVICE_EXPIRY_SLACK_MS) {
         this.#devices.delete(digest);
@@ -252,14 +277,10 @@ export class MemoryStore implements Store {
       }
     }
     for (const [digest, session] of this.#sessions) if (session.expiresAt < now) this.#sessions.delete(digest);
-    for (const [key, entry] of this.#transient) if (entry.expiresAt < now) this.#transient.delete(key);
+    for (const entries of [this.#loginRequests, this.#federationStates, this.#subjectClaims]) {
+      for (const [key, entry] of entries) if (entry.expiresAt < now) entries.delete(key);
+    }
     for (const [key, window] of this.#attempts) if (window.windowEndsAt <= now) this.#attempts.delete(key);
-    const expired = new Set<string>();
-    for (const [id, grant] of this.#grants) if (grant.expiresAt < now) expired.add(id);
-    if (expired.size === 0) return;
-    for (const id of expired) this.#grants.delete(id);
-    for (const [digest, entry] of this.#codes) if (expired.has(entry.record.grantId)) this.#codes.delete(digest);
-    for (const [digest, entry] of this.#refreshTokens) if (expired.has(entry.record.grantId)) this.#refreshTokens.delete(digest);
   }
 
   async close(): Promise<void> {}

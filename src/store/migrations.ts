@@ -1,49 +1,25 @@
 /**
  * Versioned schema migrations (DESIGN.md §6), applied at start by the SQLite and PostgreSQL stores.
- * The DDL is written in the subset both dialects accept. Times are epoch milliseconds (BIGINT);
+ * The DDL is written in the subset both dialects accept, dialect.ts filling in where they differ. Times are epoch milliseconds (BIGINT);
  * JSON values (scope, resources, claims) are JSON text, so arrays keep their order.
  * Append new migrations; never edit one that has shipped.
  */
 import type { Database } from 'better-sqlite3';
 import type { ClientBase } from 'pg';
+import { POSTGRES, SQLITE, sqliteStatement, type Dialect } from './dialect.js';
 
 export interface Migration {
   readonly version: number;
   readonly description: string;
-  /** The same DDL for both dialects, or each one's own where they differ. */
-  readonly statements: readonly string[] | { readonly sqlite: readonly string[]; readonly postgres: readonly string[] };
+  /** The DDL (and data copies), in `dialect`; dialect.ts holds the few places where the two differ. */
+  statements(dialect: Dialect): readonly string[];
 }
-
-type Dialect = 'sqlite' | 'postgres';
-
-const statementsFor = (migration: Migration, dialect: Dialect): readonly string[] =>
-  'sqlite' in migration.statements ? migration.statements[dialect] : migration.statements;
-
-/**
- * Refresh tokens keyed by (grant_id, digest): a rotation reads and writes one index page, the one its grant's
- * tokens share, where a digest key put the old token, the new one and the grant_id index on three random pages.
- */
-const refreshTokensByGrant = (tableOptions: string): string[] => [
-  `CREATE TABLE refresh_tokens_by_grant (
-    grant_id TEXT NOT NULL,
-    digest TEXT NOT NULL,
-    issued_at BIGINT NOT NULL,
-    expires_at BIGINT NOT NULL,
-    status TEXT NOT NULL DEFAULT 'active' CHECK (status IN ('active', 'rotated')),
-    PRIMARY KEY (grant_id, digest)
-  )${tableOptions}`,
-  `INSERT INTO refresh_tokens_by_grant (grant_id, digest, issued_at, expires_at, status)
-    SELECT grant_id, digest, issued_at, expires_at, status FROM refresh_tokens`,
-  'DROP TABLE refresh_tokens',
-  'ALTER TABLE refresh_tokens_by_grant RENAME TO refresh_tokens',
-  'CREATE INDEX refresh_tokens_expires_at ON refresh_tokens (expires_at)',
-];
 
 export const MIGRATIONS: readonly Migration[] = [
   {
     version: 1,
     description: 'initial tables',
-    statements: [
+    statements: () => [
       `CREATE TABLE keys (
         kid TEXT PRIMARY KEY,
         alg TEXT NOT NULL,
@@ -124,14 +100,68 @@ export const MIGRATIONS: readonly Migration[] = [
   },
   {
     version: 2,
-    // Tokens issued before carry no grant id: they are refused and their clients sign in again.
-    description: 'refresh tokens keyed by grant and digest (refresh tokens name their grant)',
-    // SQLite: WITHOUT ROWID makes the key the table itself, one B-tree instead of a table and an index.
-    statements: { sqlite: refreshTokensByGrant(' WITHOUT ROWID'), postgres: refreshTokensByGrant('') },
+    description: 'refresh tokens keyed by grant and digest; the tokens of 0.1, which name no grant, are dropped and their clients sign in again',
+    statements: (dialect) => [
+      'DROP TABLE refresh_tokens',
+      // Keyed by (grant_id, digest): a rotation reads and writes one index page, the one its grant's tokens share,
+      // where a digest key put the old token, the new one and the grant_id index on three random pages.
+      `CREATE TABLE refresh_tokens (
+        grant_id TEXT NOT NULL,
+        digest TEXT NOT NULL,
+        issued_at BIGINT NOT NULL,
+        expires_at BIGINT NOT NULL,
+        status TEXT NOT NULL DEFAULT 'active' CHECK (status IN ('active', 'rotated')),
+        PRIMARY KEY (grant_id, digest)
+      )${dialect.keyOnlyTable}`,
+      'CREATE INDEX refresh_tokens_expires_at ON refresh_tokens (expires_at)',
+    ],
+  },
+  {
+    version: 3,
+    description:
+      'named tables for login requests, upstream sign-in state and subject claims instead of transient, keeping ' +
+      'subject claims and upstream sign-in state; login requests in flight (15 minutes) are dropped and those ' +
+      'sign-ins start again; used codes stay with their grant',
+    statements: (dialect) => [
+      `CREATE TABLE login_requests (
+        id TEXT PRIMARY KEY,
+        purpose TEXT NOT NULL,
+        browser TEXT NOT NULL,
+        created_at BIGINT NOT NULL,
+        expires_at BIGINT NOT NULL
+      )`,
+      'CREATE INDEX login_requests_expires_at ON login_requests (expires_at)',
+      `CREATE TABLE federation_states (
+        state TEXT PRIMARY KEY,
+        login_id TEXT NOT NULL,
+        upstream TEXT NOT NULL,
+        code_verifier TEXT NOT NULL,
+        nonce TEXT NOT NULL,
+        browser TEXT NOT NULL,
+        expires_at BIGINT NOT NULL
+      )`,
+      'CREATE INDEX federation_states_expires_at ON federation_states (expires_at)',
+      `CREATE TABLE subject_claims (
+        subject TEXT PRIMARY KEY,
+        claims TEXT NOT NULL,
+        expires_at BIGINT NOT NULL
+      )`,
+      'CREATE INDEX subject_claims_expires_at ON subject_claims (expires_at)',
+      "INSERT INTO subject_claims (subject, claims, expires_at) SELECT id, value, expires_at FROM transient WHERE kind = 'subject-claims'",
+      `INSERT INTO federation_states (state, login_id, upstream, code_verifier, nonce, browser, expires_at)
+        SELECT id, ${['loginId', 'upstream', 'codeVerifier', 'nonce', 'browser'].map((key) => dialect.jsonText('value', key)).join(', ')}, expires_at
+        FROM transient WHERE kind = 'federation'`,
+      'DROP TABLE transient',
+      // The sweep deletes unused codes when they expire; a used one goes with its grant, so only unused ones are indexed by expiry.
+      'DROP INDEX authorization_codes_expires_at',
+      'CREATE INDEX authorization_codes_unused_expires_at ON authorization_codes (expires_at) WHERE used = FALSE',
+    ],
   },
 ];
 
 const MIGRATIONS_TABLE = 'CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at BIGINT NOT NULL)';
+const APPLIED_VERSIONS = 'SELECT version FROM schema_migrations';
+const RECORD_VERSION = 'INSERT INTO schema_migrations (version, applied_at) VALUES ($1, $2)';
 
 /** Serialises migrations of every Pinpoint instance sharing one PostgreSQL database. */
 const POSTGRES_MIGRATION_LOCK = 7_041_984_431_001;
@@ -143,12 +173,12 @@ export const quoteIdentifier = (name: string): string => `"${name.replaceAll('"'
 export function migrateSqlite(db: Database, now = Date.now()): number[] {
   const migrate = db.transaction((): number[] => {
     db.exec(MIGRATIONS_TABLE);
-    const done = new Set((db.prepare('SELECT version FROM schema_migrations').all() as { version: number }[]).map((row) => row.version));
+    const done = new Set((db.prepare(APPLIED_VERSIONS).all() as { version: number }[]).map((row) => row.version));
     const applied: number[] = [];
     for (const migration of MIGRATIONS) {
       if (done.has(migration.version)) continue;
-      for (const statement of statementsFor(migration, 'sqlite')) db.exec(statement);
-      db.prepare('INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)').run(migration.version, now);
+      for (const statement of migration.statements(SQLITE)) db.exec(statement);
+      db.prepare(sqliteStatement(RECORD_VERSION).text).run(migration.version, now);
       applied.push(migration.version);
     }
     return applied;
@@ -169,13 +199,13 @@ export async function migratePostgres(client: ClientBase, schema: string, now = 
     if (exists.rowCount === 0) await client.query(`CREATE SCHEMA ${quoteIdentifier(schema)}`);
     await client.query(`SET LOCAL search_path TO ${quoteIdentifier(schema)}`);
     await client.query(MIGRATIONS_TABLE);
-    const rows = await client.query<{ version: number }>('SELECT version FROM schema_migrations');
+    const rows = await client.query<{ version: number }>(APPLIED_VERSIONS);
     const done = new Set(rows.rows.map((row) => row.version));
     const applied: number[] = [];
     for (const migration of MIGRATIONS) {
       if (done.has(migration.version)) continue;
-      for (const statement of statementsFor(migration, 'postgres')) await client.query(statement);
-      await client.query('INSERT INTO schema_migrations (version, applied_at) VALUES ($1, $2)', [migration.version, now]);
+      for (const statement of migration.statements(POSTGRES)) await client.query(statement);
+      await client.query(RECORD_VERSION, [migration.version, now]);
       applied.push(migration.version);
     }
     await client.query('COMMIT');

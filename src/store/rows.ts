@@ -4,7 +4,10 @@ import type {
   CodeLookup,
   DeviceAuthorizationRecord,
   DeviceStatus,
+  FederationStateRecord,
   Grant,
+  LoginPurpose,
+  LoginRequestRecord,
   RefreshLookup,
   RefreshTokenRecord,
   SessionRecord,
@@ -14,15 +17,6 @@ import type {
 
 /** SQLite gives numbers; PostgreSQL gives BIGINT as text. */
 type Numeric = number | string | bigint;
-
-/** Device records stay this long after expiry so polling still answers expired_token (RFC 8628 §3.5). */
-export const DEVICE_EXPIRY_SLACK_MS = 10 * 60_000;
-
-/** How long a grant outlives its last refresh token: the grant's row is rewritten at most once per this, per grant. */
-export const GRANT_EXPIRY_SLACK_MS = 24 * 3_600_000;
-
-/** Rows per DELETE when sweeping, so no statement holds a lock for long. */
-export const SWEEP_BATCH = 500;
 
 /** Grant columns as selected by the lookups (aliased `g_*` so they can be joined with a child row). */
 export const GRANT_COLUMNS =
@@ -77,6 +71,9 @@ export interface KeyRow {
   created_at: Numeric;
 }
 
+/** Insert parameters, in the column order of the keys table. */
+export const keyParams = (key: StoredKey): unknown[] => [key.kid, key.alg, key.privateJwk, key.createdAt];
+
 export const keyFromRow = (row: KeyRow): StoredKey => ({
   kid: row.kid,
   alg: row.alg === 'RS256' ? 'RS256' : 'ES256',
@@ -95,10 +92,12 @@ export interface CodeRow extends GrantRow {
   used: number | boolean;
 }
 
-/** findCode's answer for a code row joined with its grant (DESIGN.md §6: expired or orphaned codes are unknown). */
+/**
+ * findCode's answer for a code row joined with its grant: a used code stays `used` past its expiry for as long as
+ * its grant exists (DESIGN.md §6: replay revokes also after 60 s); an unused one is `active` until it expires.
+ */
 export function codeLookupFromRow(row: CodeRow | undefined, now: number): CodeLookup {
-  if (row === undefined || Number(row.code_expires_at) <= now) return { status: 'unknown' };
-  if (row.used === true || row.used === 1) return { status: 'used', grantId: row.code_grant_id };
+  if (row === undefined) return { status: 'unknown' };
   const grant = grantFromRow(row);
   if (grant === undefined) return { status: 'unknown' };
   const code: AuthorizationCodeRecord = {
@@ -110,8 +109,20 @@ export function codeLookupFromRow(row: CodeRow | undefined, now: number): CodeLo
     ...(row.nonce === null ? {} : { nonce: row.nonce }),
     expiresAt: Number(row.code_expires_at),
   };
-  return { status: 'active', code, grant };
+  if (row.used === true || row.used === 1) return { status: 'used', code };
+  return code.expiresAt > now ? { status: 'active', code, grant } : { status: 'unknown' };
 }
+
+/** Insert parameters, in the column order of the authorization_codes table. */
+export const codeParams = (code: AuthorizationCodeRecord): unknown[] => [
+  code.digest,
+  code.grantId,
+  code.clientId,
+  code.redirectUri,
+  code.codeChallenge,
+  code.nonce ?? null,
+  code.expiresAt,
+];
 
 export interface RefreshRow extends GrantRow {
   token_digest: string;
@@ -135,6 +146,9 @@ export function refreshLookupFromRow(row: RefreshRow | undefined, now: number): 
   };
   return { status: 'active', token, grant };
 }
+
+/** Insert parameters, in the column order of the refresh_tokens table. */
+export const refreshTokenParams = (token: RefreshTokenRecord): unknown[] => [token.grantId, token.digest, token.issuedAt, token.expiresAt];
 
 export interface DeviceRow {
   device_code_digest: string;
@@ -200,3 +214,68 @@ export const sessionFromRow = (row: SessionRow): SessionRecord => ({
   authTime: Number(row.auth_time),
   expiresAt: Number(row.expires_at),
 });
+
+/** Insert parameters, in the column order of the sessions table. */
+export const sessionParams = (session: SessionRecord): unknown[] => [
+  session.digest,
+  session.subject,
+  JSON.stringify(session.claims),
+  session.authTime,
+  session.expiresAt,
+];
+
+export interface LoginRequestRow {
+  id: string;
+  purpose: string;
+  browser: string;
+  created_at: Numeric;
+  expires_at: Numeric;
+}
+
+export const loginRequestFromRow = (row: LoginRequestRow): LoginRequestRecord => ({
+  id: row.id,
+  purpose: JSON.parse(row.purpose) as LoginPurpose,
+  browser: row.browser,
+  createdAt: Number(row.created_at),
+  expiresAt: Number(row.expires_at),
+});
+
+/** Insert parameters, in the column order of the login_requests table. */
+export const loginRequestParams = (record: LoginRequestRecord): unknown[] => [
+  record.id,
+  JSON.stringify(record.purpose),
+  record.browser,
+  record.createdAt,
+  record.expiresAt,
+];
+
+export interface FederationStateRow {
+  state: string;
+  login_id: string;
+  upstream: string;
+  code_verifier: string;
+  nonce: string;
+  browser: string;
+  expires_at: Numeric;
+}
+
+export const federationStateFromRow = (row: FederationStateRow): FederationStateRecord => ({
+  state: row.state,
+  loginId: row.login_id,
+  upstream: row.upstream,
+  codeVerifier: row.code_verifier,
+  nonce: row.nonce,
+  browser: row.browser,
+  expiresAt: Number(row.expires_at),
+});
+
+/** Insert parameters, in the column order of the federation_states table. */
+export const federationStateParams = (record: FederationStateRecord): unknown[] => [
+  record.state,
+  record.loginId,
+  record.upstream,
+  record.codeVerifier,
+  record.nonce,
+  record.browser,
+  record.expiresAt,
+];

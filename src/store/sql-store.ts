@@ -1,0 +1,251 @@
+import { setImmediate as yieldToRequests } from 'node:timers/promises';
+import type { Driver, Step } from './driver.js';
+import {
+  codeLookupFromRow,
+  codeParams,
+  deviceFromRow,
+  deviceParams,
+  federationStateFromRow,
+  federationStateParams,
+  grantParams,
+  keyFromRow,
+  keyParams,
+  loginRequestFromRow,
+  loginRequestParams,
+  refreshLookupFromRow,
+  refreshTokenParams,
+  sessionFromRow,
+  sessionParams,
+  type CodeRow,
+  type DeviceRow,
+  type FederationStateRow,
+  type KeyRow,
+  type LoginRequestRow,
+  type RefreshRow,
+  type SessionRow,
+} from './rows.js';
+import { DEVICE_EXPIRY_SLACK_MS, grantExtension, oldestKeyFirst } from './rules.js';
+import { SQL, SWEEP_BATCH, type Statement } from './sql.js';
+import type {
+  AuthorizationCodeRecord,
+  CodeLookup,
+  DeviceAuthorizationRecord,
+  FederationStateRecord,
+  Grant,
+  LoginRequestRecord,
+  RefreshLookup,
+  RefreshTokenRecord,
+  SessionRecord,
+  Store,
+  StoredKey,
+  SubjectClaims,
+} from './types.js';
+
+const step = (statement: Statement, values: readonly unknown[], guard = false): Step => ({ statement, values, guard });
+
+/** Adds `token` and extends its grant to outlive it (rules.ts). */
+function addRefreshToken(token: RefreshTokenRecord): Step[] {
+  const extension = grantExtension(token);
+  return [
+    step(SQL.insertRefreshToken, refreshTokenParams(token)),
+    step(SQL.extendGrant, [extension.grantId, extension.expiresAt, extension.before]),
+  ];
+}
+
+/** Sweep statements in order, each with how its cutoff follows from `now`: a grant's codes and tokens go before it. */
+const SWEEPS: readonly (readonly [Statement, (now: number) => number])[] = [
+  [SQL.sweepUnusedCodes, (now) => now],
+  [SQL.sweepCodesOfExpiredGrants, (now) => now],
+  [SQL.sweepRefreshTokens, (now) => now],
+  [SQL.sweepRefreshTokensOfExpiredGrants, (now) => now],
+  [SQL.sweepGrants, (now) => now],
+  [SQL.sweepDevices, (now) => now - DEVICE_EXPIRY_SLACK_MS],
+  [SQL.sweepSessions, (now) => now],
+  [SQL.sweepLoginRequests, (now) => now],
+  [SQL.sweepFederationStates, (now) => now],
+  [SQL.sweepSubjectClaims, (now) => now],
+  [SQL.sweepAttempts, (now) => now],
+];
+
+/** The Store of DESIGN.md §6 over a SQL database: every operation written once, the driver running the statements. */
+export class SqlStore implements Store {
+  readonly #driver: Driver;
+
+  constructor(driver: Driver) {
+    this.#driver = driver;
+  }
+
+  get description(): string {
+    return this.#driver.description;
+  }
+
+  async loadOrCreateKeys(candidates: readonly StoredKey[]): Promise<StoredKey[]> {
+    const [first, ...rest] = candidates;
+    if (first !== undefined) {
+      await this.#driver.script({
+        alone: true,
+        steps: [step(SQL.insertFirstKey, keyParams(first), true), ...rest.map((key) => step(SQL.insertKey, keyParams(key)))],
+      });
+    }
+    return (await this.#driver.read<KeyRow>(SQL.selectKeys, [])).map(keyFromRow).sort(oldestKeyFirst);
+  }
+
+  async revokeGrant(grantId: string): Promise<void> {
+    await this.#driver.script({
+      steps: [
+        step(SQL.deleteGrant, [grantId], true),
+        step(SQL.deleteCodesOfGrant, [grantId]),
+        step(SQL.deleteRefreshTokensOfGrant, [grantId]),
+      ],
+    });
+  }
+
+  async createGrantWithCode(grant: Grant, code: AuthorizationCodeRecord): Promise<void> {
+    await this.#driver.script({ steps: [step(SQL.insertGrant, grantParams(grant)), step(SQL.insertCode, codeParams(code))] });
+  }
+
+  async findCode(digest: string, now: number): Promise<CodeLookup> {
+    const [row] = await this.#driver.read<CodeRow>(SQL.findCode, [digest]);
+    return codeLookupFromRow(row, now);
+  }
+
+  async consumeCode(digest: string, now: number, firstRefresh?: RefreshTokenRecord): Promise<boolean> {
+    return this.#driver.script({
+      steps: [step(SQL.consumeCode, [digest, now], true), ...(firstRefresh === undefined ? [] : addRefreshToken(firstRefresh))],
+    });
+  }
+
+  async findRefreshToken(grantId: string, digest: string, now: number): Promise<RefreshLookup> {
+    const [row] = await this.#driver.read<RefreshRow>(SQL.findRefreshToken, [grantId, digest]);
+    return refreshLookupFromRow(row, now);
+  }
+
+  async rotateRefreshToken(oldDigest: string, next: RefreshTokenRecord, now: number): Promise<boolean> {
+    // Nothing else is written when the old token was not active (RFC 9700 §4.14.2 reuse).
+    return this.#driver.script({ steps: [step(SQL.markRotated, [next.grantId, oldDigest, now], true), ...addRefreshToken(next)] });
+  }
+
+  async createDeviceAuthorization(record: DeviceAuthorizationRecord): Promise<void> {
+    // An expired record gives its user code up; a live one keeps it and the insert fails.
+    await this.#driver.script({
+      steps: [step(SQL.releaseUserCode, [record.userCode, record.createdAt]), step(SQL.insertDevice, deviceParams(record))],
+    });
+  }
+
+  async findByUserCode(userCode: string, now: number): Promise<DeviceAuthorizationRecord | undefined> {
+    const [row] = await this.#driver.read<DeviceRow>(SQL.findByUserCode, [userCode, now]);
+    return row === undefined ? undefined : deviceFromRow(row);
+  }
+
+  async findByDeviceCode(deviceCodeDigest: string): Promise<DeviceAuthorizationRecord | undefined> {
+    const [row] = await this.#driver.read<DeviceRow>(SQL.findByDeviceCode, [deviceCodeDigest]);
+    return row === undefined ? undefined : deviceFromRow(row);
+  }
+
+  async recordPoll(deviceCodeDigest: string, now: number, tooFast: boolean): Promise<void> {
+    await this.#driver.write(SQL.recordPoll, [deviceCodeDigest, now, tooFast ? 5 : 0]);
+  }
+
+  async decideDeviceAuthorization(
+    userCode: string,
+    decision: { approved: true; subject: string; claims: SubjectClaims; authTime: number } | { approved: false },
+    now: number,
+  ): Promise<boolean> {
+    const written = decision.approved
+      ? await this.#driver.write(SQL.approveDevice, [userCode, now, decision.subject, JSON.stringify(decision.claims), decision.authTime])
+      : await this.#driver.write(SQL.denyDevice, [userCode, now]);
+    return written.changes === 1;
+  }
+
+  async redeemDeviceCode(
+    deviceCodeDigest: string,
+    grant: Grant,
+    refresh: RefreshTokenRecord | undefined,
+    now: number,
+  ): Promise<boolean> {
+    return this.#driver.script({
+      steps: [
+        step(SQL.redeemDevice, [deviceCodeDigest, now], true),
+        step(SQL.insertGrant, grantParams(grant)),
+        ...(refresh === undefined ? [] : addRefreshToken(refresh)),
+      ],
+    });
+  }
+
+  async createSession(session: SessionRecord): Promise<void> {
+    await this.#driver.write(SQL.insertSession, sessionParams(session));
+  }
+
+  async findSession(digest: string, now: number): Promise<SessionRecord | undefined> {
+    const [row] = await this.#driver.read<SessionRow>(SQL.findSession, [digest, now]);
+    return row === undefined ? undefined : sessionFromRow(row);
+  }
+
+  async deleteSession(digest: string): Promise<void> {
+    await this.#driver.write(SQL.deleteSession, [digest]);
+  }
+
+  async saveLoginRequest(record: LoginRequestRecord): Promise<void> {
+    await this.#driver.write(SQL.insertLoginRequest, loginRequestParams(record));
+  }
+
+  async findLoginRequest(id: string, now: number): Promise<LoginRequestRecord | undefined> {
+    const [row] = await this.#driver.read<LoginRequestRow>(SQL.findLoginRequest, [id, now]);
+    return row === undefined ? undefined : loginRequestFromRow(row);
+  }
+
+  async takeLoginRequest(id: string, now: number): Promise<LoginRequestRecord | undefined> {
+    const [row] = (await this.#driver.write<LoginRequestRow>(SQL.takeLoginRequest, [id])).rows;
+    return row === undefined || Number(row.expires_at) <= now ? undefined : loginRequestFromRow(row);
+  }
+
+  async saveFederationState(record: FederationStateRecord): Promise<void> {
+    await this.#driver.write(SQL.insertFederationState, federationStateParams(record));
+  }
+
+  async takeFederationState(state: string, now: number): Promise<FederationStateRecord | undefined> {
+    const [row] = (await this.#driver.write<FederationStateRow>(SQL.takeFederationState, [state])).rows;
+    return row === undefined || Number(row.expires_at) <= now ? undefined : federationStateFromRow(row);
+  }
+
+  async saveSubjectClaims(subject: string, claims: SubjectClaims, expiresAt: number): Promise<void> {
+    await this.#driver.write(SQL.saveSubjectClaims, [subject, JSON.stringify(claims), expiresAt]);
+  }
+
+  async findSubjectClaims(subject: string, now: number): Promise<SubjectClaims | undefined> {
+    const [row] = await this.#driver.read<{ claims: string }>(SQL.findSubjectClaims, [subject, now]);
+    return row === undefined ? undefined : (JSON.parse(row.claims) as SubjectClaims);
+  }
+
+  async countAttempt(key: string, now: number, windowMs: number): Promise<number> {
+    const [row] = (await this.#driver.write<{ count: number }>(SQL.countAttempt, [key, now + windowMs, now])).rows;
+    return row?.count ?? 1;
+  }
+
+  async peekAttempts(key: string, now: number): Promise<number> {
+    const [row] = await this.#driver.read<{ count: number }>(SQL.peekAttempts, [key, now]);
+    return row?.count ?? 0;
+  }
+
+  async forgiveAttempt(key: string, now: number): Promise<void> {
+    await this.#driver.write(SQL.forgiveAttempt, [key, now]);
+  }
+
+  async clearAttempts(key: string): Promise<void> {
+    await this.#driver.write(SQL.clearAttempts, [key]);
+  }
+
+  async ping(): Promise<void> {
+    await this.#driver.read(SQL.ping, []);
+  }
+
+  async sweep(now: number): Promise<void> {
+    for (const [statement, cutoff] of SWEEPS) {
+      while ((await this.#driver.write(statement, [cutoff(now)])).changes === SWEEP_BATCH) await yieldToRequests();
+    }
+  }
+
+  async close(): Promise<void> {
+    await this.#driver.close();
+  }
+}

@@ -1,0 +1,114 @@
+/**
+ * Every statement of the SQLite and PostgreSQL stores, written once: `$n` parameters, SQL both accept (ON CONFLICT,
+ * RETURNING, CAST), unqualified table names (PostgreSQL finds them on the connection's search_path). dialect.ts
+ * adapts a statement to SQLite; rows.ts maps the rows and parameters.
+ */
+import { SKIP_LOCKED } from './dialect.js';
+import { DEVICE_COLUMNS, GRANT_COLUMNS } from './rows.js';
+
+export interface Statement {
+  /** Unique: PostgreSQL prepares the statement under this name once per connection. */
+  readonly name: string;
+  readonly text: string;
+}
+
+/** Rows per DELETE when sweeping, so no statement holds a lock for long. */
+export const SWEEP_BATCH = 500;
+
+/** Up to SWEEP_BATCH rows of `table` (keyed by `key`) meeting `condition`, skipping rows another transaction holds. */
+const sweepBatch = (table: string, key: string, condition: string): string =>
+  `DELETE FROM ${table} WHERE (${key}) IN (SELECT ${key} FROM ${table} WHERE ${condition} LIMIT ${SWEEP_BATCH} ${SKIP_LOCKED})`;
+
+const EXPIRED_GRANTS = 'SELECT id FROM grants WHERE expires_at < $1';
+
+const texts = {
+  ping: 'SELECT 1',
+
+  selectKeys: 'SELECT kid, alg, private_jwk, created_at FROM keys',
+  // The gate of key creation: only into an empty table, so instances starting at once keep the first one's keys.
+  insertFirstKey: 'INSERT INTO keys (kid, alg, private_jwk, created_at) SELECT $1, $2, $3, CAST($4 AS BIGINT) WHERE NOT EXISTS (SELECT 1 FROM keys)',
+  insertKey: 'INSERT INTO keys (kid, alg, private_jwk, created_at) VALUES ($1, $2, $3, $4)',
+
+  insertGrant:
+    'INSERT INTO grants (id, client_id, subject, scope, resources, claims, auth_time, created_at, expires_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)',
+  // rules.ts grantExtension: $1 grant, $2 new expiry, $3 the expiry it must be before.
+  extendGrant: 'UPDATE grants SET expires_at = $2 WHERE id = $1 AND expires_at < $3',
+  deleteGrant: 'DELETE FROM grants WHERE id = $1',
+  deleteCodesOfGrant: 'DELETE FROM authorization_codes WHERE grant_id = $1',
+  deleteRefreshTokensOfGrant: 'DELETE FROM refresh_tokens WHERE grant_id = $1',
+
+  insertCode:
+    'INSERT INTO authorization_codes (digest, grant_id, client_id, redirect_uri, code_challenge, nonce, expires_at) VALUES ($1, $2, $3, $4, $5, $6, $7)',
+  findCode: `SELECT c.digest AS code_digest, c.grant_id AS code_grant_id, c.client_id AS code_client_id, c.redirect_uri,
+      c.code_challenge, c.nonce, c.expires_at AS code_expires_at, c.used, ${GRANT_COLUMNS}
+    FROM authorization_codes c LEFT JOIN grants g ON g.id = c.grant_id WHERE c.digest = $1`,
+  // A concurrent exchange of the same code waits for the row lock, then finds the code used.
+  consumeCode: 'UPDATE authorization_codes SET used = TRUE WHERE digest = $1 AND used = FALSE AND expires_at > $2',
+
+  findRefreshToken: `SELECT r.digest AS token_digest, r.grant_id AS token_grant_id, r.issued_at, r.expires_at AS token_expires_at,
+      r.status, ${GRANT_COLUMNS}
+    FROM refresh_tokens r LEFT JOIN grants g ON g.id = r.grant_id WHERE r.grant_id = $1 AND r.digest = $2`,
+  insertRefreshToken: "INSERT INTO refresh_tokens (grant_id, digest, issued_at, expires_at, status) VALUES ($1, $2, $3, $4, 'active')",
+  // A concurrent rotation of the same token waits for the row lock, then finds it no longer active.
+  markRotated: "UPDATE refresh_tokens SET status = 'rotated' WHERE grant_id = $1 AND digest = $2 AND status = 'active' AND expires_at > $3",
+
+  releaseUserCode: 'DELETE FROM device_authorizations WHERE user_code = $1 AND expires_at <= $2',
+  insertDevice: `INSERT INTO device_authorizations (${DEVICE_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`,
+  findByUserCode: `SELECT ${DEVICE_COLUMNS} FROM device_authorizations WHERE user_code = $1 AND expires_at > $2`,
+  findByDeviceCode: `SELECT ${DEVICE_COLUMNS} FROM device_authorizations WHERE device_code_digest = $1`,
+  recordPoll: 'UPDATE device_authorizations SET last_polled_at = $2, interval_seconds = interval_seconds + $3 WHERE device_code_digest = $1',
+  approveDevice: `UPDATE device_authorizations SET status = 'approved', subject = $3, claims = $4, auth_time = $5
+    WHERE user_code = $1 AND status = 'pending' AND expires_at > $2`,
+  denyDevice: "UPDATE device_authorizations SET status = 'denied' WHERE user_code = $1 AND status = 'pending' AND expires_at > $2",
+  redeemDevice: "UPDATE device_authorizations SET status = 'redeemed' WHERE device_code_digest = $1 AND status = 'approved' AND expires_at > $2",
+
+  insertSession: 'INSERT INTO sessions (digest, subject, claims, auth_time, expires_at) VALUES ($1, $2, $3, $4, $5)',
+  findSession: 'SELECT digest, subject, claims, auth_time, expires_at FROM sessions WHERE digest = $1 AND expires_at > $2',
+  deleteSession: 'DELETE FROM sessions WHERE digest = $1',
+
+  insertLoginRequest: 'INSERT INTO login_requests (id, purpose, browser, created_at, expires_at) VALUES ($1, $2, $3, $4, $5)',
+  findLoginRequest: 'SELECT id, purpose, browser, created_at, expires_at FROM login_requests WHERE id = $1 AND expires_at > $2',
+  takeLoginRequest: 'DELETE FROM login_requests WHERE id = $1 RETURNING id, purpose, browser, created_at, expires_at',
+
+  insertFederationState:
+    'INSERT INTO federation_states (state, login_id, upstream, code_verifier, nonce, browser, expires_at) VALUES ($1, $2, $3, $4, $5, $6, $7)',
+  takeFederationState: 'DELETE FROM federation_states WHERE state = $1 RETURNING state, login_id, upstream, code_verifier, nonce, browser, expires_at',
+
+  saveSubjectClaims: `INSERT INTO subject_claims (subject, claims, expires_at) VALUES ($1, $2, $3)
+    ON CONFLICT (subject) DO UPDATE SET claims = excluded.claims, expires_at = excluded.expires_at`,
+  findSubjectClaims: 'SELECT claims FROM subject_claims WHERE subject = $1 AND expires_at > $2',
+
+  // A window that has ended starts over at 1.
+  countAttempt: `INSERT INTO attempts (attempt_key, count, window_ends_at) VALUES ($1, 1, $2)
+    ON CONFLICT (attempt_key) DO UPDATE SET
+      count = CASE WHEN attempts.window_ends_at <= $3 THEN 1 ELSE attempts.count + 1 END,
+      window_ends_at = CASE WHEN attempts.window_ends_at <= $3 THEN excluded.window_ends_at ELSE attempts.window_ends_at END
+    RETURNING count`,
+  peekAttempts: 'SELECT count FROM attempts WHERE attempt_key = $1 AND window_ends_at > $2',
+  forgiveAttempt: 'UPDATE attempts SET count = count - 1 WHERE attempt_key = $1 AND window_ends_at > $2 AND count > 0',
+  clearAttempts: 'DELETE FROM attempts WHERE attempt_key = $1',
+
+  // Sweeping, each with the cutoff as $1. A used code stays while its grant does (DESIGN.md §6: replay revokes also
+  // after 60 s) and goes with it; a grant goes once nothing of it is left.
+  sweepUnusedCodes: sweepBatch('authorization_codes', 'digest', 'expires_at < $1 AND used = FALSE'),
+  sweepCodesOfExpiredGrants: sweepBatch('authorization_codes', 'digest', `grant_id IN (${EXPIRED_GRANTS})`),
+  sweepRefreshTokens: sweepBatch('refresh_tokens', 'grant_id, digest', 'expires_at < $1'),
+  sweepRefreshTokensOfExpiredGrants: sweepBatch('refresh_tokens', 'grant_id, digest', `grant_id IN (${EXPIRED_GRANTS})`),
+  sweepGrants: sweepBatch(
+    'grants',
+    'id',
+    `expires_at < $1 AND NOT EXISTS (SELECT 1 FROM authorization_codes c WHERE c.grant_id = grants.id)
+      AND NOT EXISTS (SELECT 1 FROM refresh_tokens r WHERE r.grant_id = grants.id)`,
+  ),
+  sweepDevices: sweepBatch('device_authorizations', 'device_code_digest', 'expires_at < $1'),
+  sweepSessions: sweepBatch('sessions', 'digest', 'expires_at < $1'),
+  sweepLoginRequests: sweepBatch('login_requests', 'id', 'expires_at < $1'),
+  sweepFederationStates: sweepBatch('federation_states', 'state', 'expires_at < $1'),
+  sweepSubjectClaims: sweepBatch('subject_claims', 'subject', 'expires_at < $1'),
+  sweepAttempts: sweepBatch('attempts', 'attempt_key', 'window_ends_at <= $1'),
+};
+
+/** The statements, each named for PostgreSQL's per-connection prepared statements. */
+export const SQL = Object.fromEntries(Object.entries(texts).map(([key, text]) => [key, { name: `pinpoint_${key}`, text }])) as {
+  readonly [K in keyof typeof texts]: Statement;
+};
