@@ -3,6 +3,7 @@ import type { Config } from './config/types.js';
 import type { SigningKeys } from './crypto/keys.js';
 import { cookieSettingsFor, type CookieSettings } from './http/cookies.js';
 import { FixedWindowLimiter } from './http/rate-limit.js';
+import { isKnownSubject } from './policy/subjects.js';
 
 /** Every limit of DESIGN.md §4, set by the `limits` block (§3); the defaults are the contract's. */
 export interface AppLimits {
@@ -45,6 +46,8 @@ export interface AppContext {
   readonly sessionLifetimeMs: number;
   /** Where a sign-in starts: the sign-in page, or the only upstream when there are no local users. */
   readonly signInPage: (loginId: string) => string;
+  /** Whether a grant's or session's subject is still a user, or comes from a configured upstream (DESIGN.md §6). */
+  readonly isKnownSubject: (subject: string) => boolean;
 }
 
 export function makeContext(config: Config, keys: SigningKeys, options: { now?: () => number; limits?: Partial<AppLimits> } = {}): AppContext {
@@ -70,6 +73,7 @@ export function makeContext(config: Config, keys: SigningKeys, options: { now?: 
     cookies: cookieSettingsFor(config.baseUrl, config.basePath),
     clientOrigins,
     sessionLifetimeMs: 12 * 3600_000,
+    isKnownSubject: (subject) => isKnownSubject(subject, config.users, config.federations),
     signInPage: (loginId) =>
       skipToUpstream
         ? `${config.basePath}/federation/start?login=${loginId}&upstream=${encodeURIComponent(only)}`

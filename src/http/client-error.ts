@@ -26,12 +26,14 @@ const STATUS: Record<string, { status: number; reason: string; description: stri
 };
 
 /** Fastify's clientErrorHandler for a server whose routes live under `basePath`. */
-export function clientErrorHandler(basePath: string): (error: Error & { code?: string; rawPacket?: Buffer }, socket: Socket) => void {
+export function clientErrorHandler(basePath: string): (error: Error & { code?: string; rawPacket?: unknown }, socket: Socket) => void {
   return (error, socket) => {
     if (error.code === 'ECONNRESET' || socket.destroyed) return;
     const { status, reason, description } = STATUS[error.code ?? ''] ?? { status: 400, reason: 'Bad Request', description: 'the request is malformed' };
     // The request line, when the parser got that far, says whether a page or an API was asked for.
-    const path = /^[A-Z]+ (\/[^ ?\r\n]*)/.exec(error.rawPacket?.toString('latin1', 0, 2048) ?? '')?.[1] ?? '';
+    // Node hands over the raw bytes as a Buffer (Fastify's type says otherwise).
+    const raw = Buffer.isBuffer(error.rawPacket) ? error.rawPacket.toString('latin1', 0, 2048) : '';
+    const path = /^[A-Z]+ (\/[^ ?\r\n]*)/.exec(raw)?.[1] ?? '';
     const api = isApiPath(path, basePath);
     const body = api ? JSON.stringify({ error: 'invalid_request', error_description: description }) : errorPageHtml('invalid_request', description);
     const headers = api ? ['Content-Type: application/json; charset=utf-8', 'Cache-Control: no-store'] : [...RAW_PAGE_HEADERS];

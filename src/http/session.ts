@@ -7,15 +7,19 @@ import { readCookie, serializeCookie, type CookieSettings } from './cookies.js';
 
 export const SESSION_COOKIE = 'pinpoint_session';
 
-export async function currentSession(
-  sessions: SessionStore,
-  cookies: CookieSettings,
-  request: FastifyRequest,
-  now: number,
-): Promise<SessionRecord | undefined> {
-  const value = readCookie(request.headers.cookie, cookies, SESSION_COOKIE);
+/** What finding the session needs: the store, the cookie settings, and whether a subject is still known (DESIGN.md §6). */
+export interface SessionLookup {
+  readonly store: SessionStore;
+  readonly cookies: CookieSettings;
+  readonly isKnownSubject: (subject: string) => boolean;
+}
+
+/** The browser's session; none when its cookie is unknown or expired, or its person has left the configuration. */
+export async function currentSession(lookup: SessionLookup, request: FastifyRequest, now: number): Promise<SessionRecord | undefined> {
+  const value = readCookie(request.headers.cookie, lookup.cookies, SESSION_COOKIE);
   if (value === undefined || value.length === 0 || value.length > 100) return undefined;
-  return sessions.findSession(digestOf(value), now);
+  const session = await lookup.store.findSession(digestOf(value), now);
+  return session !== undefined && lookup.isKnownSubject(session.subject) ? session : undefined;
 }
 
 export async function startSession(

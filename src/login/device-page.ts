@@ -129,7 +129,7 @@ ${message === undefined ? html`` : html`<p class="error" role="alert">${message}
   return async (app) => {
     app.get('/device', { config: { page: true } }, async (request, reply) => {
       const typed = single(parseParams(queryOf(request.url)), 'user_code');
-      const session = typed === undefined ? undefined : await currentSession(store, ctx.cookies, request, ctx.now());
+      const session = typed === undefined ? undefined : await currentSession({ store, cookies: ctx.cookies, isKnownSubject: ctx.isKnownSubject }, request, ctx.now());
       // Not signed in (or no code yet): the form, prefilled from verification_uri_complete; nothing looked up.
       if (typed === undefined || session === undefined) return entryPage(request, reply, 200, typed ?? '');
       // Signed in (e.g. back from sign-in): straight to approval; the lookup counts like a POST.
@@ -151,7 +151,7 @@ ${message === undefined ? html`` : html`<p class="error" role="alert">${message}
       const lookup = await lookUp(request, typed);
       if (!lookup.found) return refusal(request, reply, typed, lookup);
 
-      const session = await currentSession(store, ctx.cookies, request, ctx.now());
+      const session = await currentSession({ store, cookies: ctx.cookies, isKnownSubject: ctx.isKnownSubject }, request, ctx.now());
       if (session === undefined) return startLogin({ store, cookies: ctx.cookies, now: ctx.now(), signInPage: ctx.signInPage }, request, reply, { kind: 'device', userCode: lookup.record.userCode });
       const decision = single(form, 'decision');
       if (decision === undefined) return approvalPage(request, reply, lookup.record, session);

@@ -50,7 +50,7 @@ export function authorizeRoutes(ctx: AppContext, store: AuthorizeStores): Fastif
     const authorization = validation.request;
     request.clientId = authorization.clientId;
 
-    const session = await currentSession(store, ctx.cookies, request, ctx.now());
+    const session = await currentSession({ store, cookies: ctx.cookies, isKnownSubject: ctx.isKnownSubject }, request, ctx.now());
     if (session === undefined || !sessionSatisfies(authorization, session, ctx.now())) {
       if (authorization.prompt === 'none') {
         request.outcome = 'login_required';
@@ -73,7 +73,7 @@ export function authorizeRoutes(ctx: AppContext, store: AuthorizeStores): Fastif
       return sendErrorPage(reply, expiredSignIn());
     }
     const authorization = pending.purpose.authorization;
-    const session = await currentSession(store, ctx.cookies, request, now);
+    const session = await currentSession({ store, cookies: ctx.cookies, isKnownSubject: ctx.isKnownSubject }, request, now);
     // Not (or no longer) signed in as the request asks: back to sign-in, same login request.
     if (session === undefined || !sessionSatisfies(authorization, session, now, pending.createdAt)) {
       return pageHeaders(reply).redirect(ctx.signInPage(pending.id), 303);

@@ -6,7 +6,7 @@
  * the client it was issued to, in an otherwise valid request.
  */
 import { OAuthError, invalidGrant } from './oauth-error.js';
-import { decideResourceParameter, decideTokenAudience, type Audience, type Decision } from './resource.js';
+import { decideResourceParameter, decideTokenAudience, isNameable, type Audience, type Decision } from './resource.js';
 import { decideRefreshScope, decideRequestedScope } from './scope.js';
 
 /** What the policy needs to know of a client (a configured ClientRecord fits). */
@@ -100,6 +100,8 @@ export function decideCodeExchange(input: {
   /** BASE64URL(SHA256(code_verifier)) of the request. */
   readonly verifierChallenge: string;
   readonly requested: readonly string[];
+  /** Whether the grant's subject is still a user (or an upstream's) of the configuration. */
+  readonly subjectExists: boolean;
 }): TokenDecision<Audience> {
   const { client, state } = input;
   if (state.status === 'unknown' || state.code.clientId !== client.clientId) return refuse(badCode());
@@ -107,14 +109,16 @@ export function decideCodeExchange(input: {
   if (state.code.codeChallenge !== input.verifierChallenge) return refuse(invalidGrant('code_verifier does not match the code_challenge'));
   // RFC 6749 §4.1.2: a replayed code revokes what it issued, once its own client has proven itself.
   if (state.status === 'used') return refuse(badCode(), state.code.grantId);
+  const grant = narrowGrant(state.grant, client, input.subjectExists);
+  if (!grant.ok) return grant;
   return fromDecision(
     decideTokenAudience({
       grantType: 'authorization_code',
       client,
       issuer: input.issuer,
-      grantScope: state.grant.scope,
-      tokenScope: state.grant.scope,
-      grantResources: state.grant.resources,
+      grantScope: grant.value.scope,
+      tokenScope: grant.value.scope,
+      grantResources: grant.value.resources,
       requested: input.requested,
     }),
   );
@@ -136,6 +140,21 @@ export function checkRefreshRequest(
 }
 
 /**
+ * DESIGN.md §6: every refresh checks the grant against the configuration as it is now. Scopes and resources the
+ * client may no longer have are dropped (so an `aud` never names a server the client's audience no longer holds);
+ * a grant that named resources and has none left is refused, so narrowing never widens it.
+ */
+export function narrowGrant<G extends GrantBounds>(grant: G, client: PolicyClient, subjectExists: boolean): TokenDecision<G> {
+  if (!subjectExists) return refuse(invalidGrant('the person this grant was made for is no longer known'));
+  const scope = grant.scope.filter((value) => client.scopes.includes(value));
+  const resources = grant.resources.filter((resource) => isNameable(client, resource));
+  if (grant.resources.length > 0 && resources.length === 0) {
+    return refuse(invalidGrant('none of the resources of this grant may still be asked for by this client'));
+  }
+  return allow({ ...grant, scope, resources });
+}
+
+/**
  * refresh_token (RFC 6749 §6) after the token is looked up: a token of another client changes nothing; a rotated
  * token of this client is reuse and revokes its grant (RFC 9700 §4.14.2); then scope and audience (DESIGN.md §5).
  */
@@ -145,20 +164,24 @@ export function decideRefresh(input: {
   readonly state: RefreshState;
   readonly requestedScope: readonly string[];
   readonly requested: readonly string[];
+  /** Whether the grant's subject is still a user (or an upstream's) of the configuration. */
+  readonly subjectExists: boolean;
 }): TokenDecision<{ readonly scope: string[]; readonly audience: Audience }> {
   const { client, state } = input;
   if (state.status === 'unknown') return refuse(badRefreshToken());
   if (state.status === 'rotated') return refuse(badRefreshToken(), state.clientId === client.clientId ? state.grantId : undefined);
   if (state.grant.clientId !== client.clientId) return refuse(badRefreshToken());
-  const scope = decideRefreshScope(input.requestedScope, state.grant.scope);
+  const grant = narrowGrant(state.grant, client, input.subjectExists);
+  if (!grant.ok) return grant;
+  const scope = decideRefreshScope(input.requestedScope, grant.value.scope);
   if (!scope.ok) return scope;
   const audience = decideTokenAudience({
     grantType: 'refresh_token',
     client,
     issuer: input.issuer,
-    grantScope: state.grant.scope,
+    grantScope: grant.value.scope,
     tokenScope: scope.value,
-    grantResources: state.grant.resources,
+    grantResources: grant.value.resources,
     requested: input.requested,
   });
   if (!audience.ok) return audience;

@@ -26,7 +26,9 @@ export function authorizationCodeGrant(ctx: AppContext, store: AuthorizationCode
       if (!shape.ok) return shape;
       const { code, redirectUri, verifier } = shape.value;
       const state = await store.findCode(digestOf(code), now);
-      const decision = decideCodeExchange({ client, issuer: ctx.issuer, state, redirectUri, verifierChallenge: pkceChallengeOf(verifier), requested });
+      const subjectExists = state.status !== 'active' || ctx.isKnownSubject(state.grant.subject);
+      const verifierChallenge = pkceChallengeOf(verifier);
+      const decision = decideCodeExchange({ client, issuer: ctx.issuer, state, redirectUri, verifierChallenge, requested, subjectExists });
       if (!decision.ok || state.status !== 'active') return decision.ok ? { ok: false, error: badCode() } : decision;
       return { ok: true, value: { code: state.code, grant: state.grant, audience: decision.value } };
     },

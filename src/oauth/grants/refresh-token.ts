@@ -29,7 +29,8 @@ export function refreshTokenGrant(ctx: AppContext, store: RefreshTokenStore & Gr
       const key = refreshTokenKey(presented);
       if (key === undefined) return { ok: false, error: badRefreshToken() };
       const state = await store.findRefreshToken(key.grantId, key.digest, now);
-      const decision = decideRefresh({ client, issuer: ctx.issuer, state, requestedScope, requested });
+      const subjectExists = state.status !== 'active' || ctx.isKnownSubject(state.grant.subject);
+      const decision = decideRefresh({ client, issuer: ctx.issuer, state, requestedScope, requested, subjectExists });
       if (!decision.ok || state.status !== 'active') return decision.ok ? { ok: false, error: badRefreshToken() } : decision;
       const { scope, audience } = decision.value;
       return { ok: true, value: { token: state.token, grant: state.grant, scope, audience, lifetimeMs: shape.value.lifetimeMs } };

@@ -1,0 +1,102 @@
+/**
+ * DESIGN.md §3, §6: changes to the config reach live grants on their next refresh. The store outlives the app,
+ * as it outlives a restart with an edited config file.
+ */
+import assert from 'node:assert/strict';
+import { describe, test } from 'node:test';
+import { decodeJwt } from 'jose';
+import type { Config } from '../src/config/types.js';
+import { MemoryStore } from '../src/store/memory.js';
+import { AUDIENCE, authorizeUrl, cookieJar, exchangeCode, pkce, REDIRECT, refresh, signInForCode, testApp, testConfig } from './helpers/app.js';
+
+const API = AUDIENCE[0] as string;
+const FILES = AUDIENCE[1] as string;
+
+/** A refresh token of webapp (scope openid profile email) issued under the test config, and the store holding it. */
+async function liveGrant(resources: readonly string[] = []): Promise<{ store: MemoryStore; refreshToken: string; cookies: string }> {
+  const store = new MemoryStore();
+  const before = await testApp({ store });
+  try {
+    const grant = await signInForCode(before.app, { resources });
+    const response = await exchangeCode(before.app, grant);
+    assert.equal(response.statusCode, 200, response.body);
+    return { store, refreshToken: response.json().refresh_token as string, cookies: grant.cookies };
+  } finally {
+    await before.app.close();
+  }
+}
+
+/** The test config with webapp changed by `change`. */
+async function withWebapp(change: (webapp: NonNullable<ReturnType<Config['clients']['get']>>) => object, extra: Partial<Config> = {}): Promise<Config> {
+  const config = await testConfig(extra);
+  const webapp = config.clients.get('webapp');
+  assert.ok(webapp);
+  return { ...config, clients: new Map([...config.clients, ['webapp', { ...webapp, ...change(webapp) } as typeof webapp]]) };
+}
+
+describe('config changes reach live grants (DESIGN.md §6)', () => {
+  test('a removed user: the refresh is invalid_grant, and their session no longer counts', async () => {
+    const { store, refreshToken, cookies } = await liveGrant();
+    const after = await testApp({ store, config: await testConfig({ users: new Map() , federations: new Map([['x', { name: 'x', issuer: 'https://idp.example', clientId: 'p', clientSecret: 's', scopes: ['openid'] }]]) }) });
+    try {
+      const response = await refresh(after.app, refreshToken);
+      assert.equal(response.statusCode, 400);
+      assert.equal(response.json().error, 'invalid_grant');
+      const authorize = await after.app.inject({
+        url: authorizeUrl([
+          ['response_type', 'code'],
+          ['client_id', 'webapp'],
+          ['redirect_uri', REDIRECT],
+          ['scope', 'openid'],
+          ['code_challenge', pkce().challenge],
+          ['code_challenge_method', 'S256'],
+          ['prompt', 'none'],
+        ]),
+        headers: { cookie: cookieJar(cookies, await after.app.inject({ url: '/healthz' })) },
+      });
+      assert.equal(new URL(String(authorize.headers.location)).searchParams.get('error'), 'login_required');
+    } finally {
+      await after.app.close();
+    }
+  });
+
+  test('a narrowed audience: aud never names a server the client no longer holds; a grant left with none is invalid_grant', async () => {
+    const whole = await liveGrant();
+    const narrowed = await testApp({ store: whole.store, config: await withWebapp((webapp) => ({ audience: webapp.audience.filter((entry) => entry !== FILES) })) });
+    try {
+      const response = await refresh(narrowed.app, whole.refreshToken);
+      assert.equal(response.statusCode, 200, response.body);
+      const aud = decodeJwt(response.json().access_token as string).aud as string[];
+      assert.ok(!aud.includes(FILES) && aud.includes(API), JSON.stringify(aud));
+      const named = await refresh(narrowed.app, response.json().refresh_token as string, [FILES]);
+      assert.equal(named.json().error, 'invalid_target');
+    } finally {
+      await narrowed.app.close();
+    }
+
+    const bound = await liveGrant([FILES]);
+    const without = await testApp({ store: bound.store, config: await withWebapp((webapp) => ({ audience: webapp.audience.filter((entry) => entry !== FILES) })) });
+    try {
+      const response = await refresh(without.app, bound.refreshToken);
+      assert.equal(response.statusCode, 400);
+      assert.equal(response.json().error, 'invalid_grant');
+    } finally {
+      await without.app.close();
+    }
+  });
+
+  test('narrowed scopes are dropped from the tokens of a live grant', async () => {
+    const { store, refreshToken } = await liveGrant();
+    const after = await testApp({ store, config: await withWebapp(() => ({ scopes: ['openid', 'profile'] })) });
+    try {
+      const response = await refresh(after.app, refreshToken);
+      assert.equal(response.statusCode, 200, response.body);
+      assert.equal(response.json().scope, 'openid profile');
+      assert.equal(decodeJwt(response.json().access_token as string).scope, 'openid profile');
+      const asked = await refresh(after.app, response.json().refresh_token as string, [], [['scope', 'email']]);
+      assert.equal(asked.json().error, 'invalid_scope');
+    } finally {
+      await after.app.close();
+    }
+  });
+});
