@@ -18,6 +18,7 @@ import { loginRoutes } from './login/routes.js';
 import { authorizeRoutes } from './oauth/authorize.js';
 import { deviceAuthorizationRoutes } from './oauth/device-authorization.js';
 import { healthRoutes } from './oauth/health.js';
+import { logoutRoutes } from './oauth/logout.js';
 import { metadataRoutes, wellKnownAtRoot } from './oauth/metadata.js';
 import { tokenRoutes } from './oauth/token.js';
 import { userinfoRoutes } from './oauth/userinfo.js';
@@ -133,6 +134,7 @@ export async function buildApp(options: BuildAppOptions): Promise<{ app: Fastify
       await scoped.register(deviceAuthorizationRoutes(ctx, store));
       await scoped.register(devicePageRoutes(ctx, store));
       await scoped.register(federationRoutes(ctx, store));
+      await scoped.register(logoutRoutes(ctx, store));
     },
     { prefix: ctx.config.basePath },
   );

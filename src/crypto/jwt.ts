@@ -1,5 +1,5 @@
 /** Every JWT Pinpoint signs or verifies goes through jose (DESIGN.md §1: no hand-written JWS). */
-import { CompactSign, jwtVerify, type JWTPayload, type CompactJWSHeaderParameters } from 'jose';
+import { CompactSign, compactVerify, jwtVerify, type CompactJWSHeaderParameters, type JWTPayload } from 'jose';
 import type { SigningKey, SigningKeys } from './keys.js';
 
 /** RFC 9068 §2.1 names access tokens `at+jwt`; ID tokens keep the plain `JWT`. */
@@ -41,4 +41,20 @@ export async function verifyAccessToken(keys: SigningKeys, token: string, issuer
     { issuer, typ: 'at+jwt', algorithms: ['ES256'], currentDate: new Date(now) },
   );
   return payload;
+}
+
+/**
+ * Verifies an ID token of this issuer used as a hint (OpenID Connect RP-Initiated Logout 1.0 §2): signature by one of
+ * our keys and `iss` only, since an expired ID token is still a hint. Rejects otherwise.
+ */
+export async function verifyIdTokenHint(keys: SigningKeys, token: string, issuer: string): Promise<JWTPayload> {
+  const { payload, protectedHeader } = await compactVerify(token, (header) => {
+    const key = header.kid === undefined ? undefined : keys.byKid.get(header.kid);
+    if (key === undefined || key.alg !== header.alg) throw new Error('unknown signing key');
+    return key.publicKey;
+  });
+  if (protectedHeader.typ !== undefined && protectedHeader.typ !== 'JWT') throw new Error('not an ID token');
+  const claims = JSON.parse(new TextDecoder().decode(payload)) as JWTPayload;
+  if (claims.iss !== issuer) throw new Error('an ID token of another issuer');
+  return claims;
 }

@@ -93,6 +93,15 @@ export function sendPage(reply: FastifyReply, status: number, title: string, bod
   return pageHeaders(reply, formTargets).code(status).send(layout(title, body));
 }
 
+/** The sign-out button of Pinpoint's own pages: a POST to /logout with the CSRF token (DESIGN.md §8). */
+export function signOutForm(basePath: string, csrf: string): Html {
+  return html`<form method="post" action="${basePath}/logout" class="sign-out">
+<input type="hidden" name="csrf" value="${csrf}">
+<input type="hidden" name="confirm" value="yes">
+<button type="submit" class="secondary">Sign out</button>
+</form>`;
+}
+
 /** The error page's HTML, also for answers written straight to a socket (requests Node's parser refuses). */
 export function errorPageHtml(error: string, description: string): string {
   return layout(

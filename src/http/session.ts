@@ -36,3 +36,10 @@ export async function startSession(
   reply.header('Set-Cookie', serializeCookie(SESSION_COOKIE, secret.value, settings.cookies));
   return session;
 }
+
+/** Ends the browser's session: deletes its row and clears the cookie. Nothing when it has none. */
+export async function endSession(sessions: SessionStore, cookies: CookieSettings, request: FastifyRequest, reply: FastifyReply): Promise<void> {
+  const value = readCookie(request.headers.cookie, cookies, SESSION_COOKIE);
+  if (value !== undefined && value.length > 0 && value.length <= 100) await sessions.deleteSession(digestOf(value));
+  reply.header('Set-Cookie', serializeCookie(SESSION_COOKIE, '', { ...cookies, maxAge: 0 }));
+}

@@ -6,12 +6,13 @@ import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import type { AppContext } from '../context.js';
 import { csrfToken, csrfValid } from '../http/csrf.js';
 import { startLogin } from '../http/login-request.js';
-import { html, sendPage } from '../http/pages.js';
+import { html, sendPage, signOutForm } from '../http/pages.js';
 import { EMPTY_PARAMS, parseParams, queryOf, repeatedParameter, single, type Params } from '../http/params.js';
 import { sendErrorPage } from '../http/render-error.js';
 import { currentSession } from '../http/session.js';
 import { OAuthError } from '../policy/oauth-error.js';
 import { formatUserCode, normaliseUserCode } from '../policy/user-code.js';
+
 import type { AttemptStore, DeviceAuthorizationRecord, DeviceCodeStore, LoginRequestStore, SessionRecord, SessionStore } from '../store/types.js';
 
 /** The state the verification page reads and changes. */
@@ -66,7 +67,8 @@ ${message === undefined ? html`` : html`<p class="error" role="alert">${message}
 <input type="hidden" name="user_code" value="${record.userCode}">
 <button type="submit" name="decision" value="approve">Approve</button>
 <button type="submit" name="decision" value="deny" class="secondary">Deny</button>
-</form>`,
+</form>
+${signOutForm(ctx.config.basePath, csrf)}`,
     );
   }
 

@@ -18,6 +18,7 @@ export function serverMetadata(ctx: AppContext): Record<string, unknown> {
     device_authorization_endpoint: `${issuer}/device_authorization`,
     userinfo_endpoint: `${issuer}/userinfo`,
     jwks_uri: `${issuer}/jwks`,
+    end_session_endpoint: `${issuer}/logout`,
     scopes_supported: [...scopes],
     response_types_supported: ['code'],
     response_modes_supported: ['query'],
