@@ -7,6 +7,7 @@ import { makeContext, type AppContext, type AppLimits } from './context.js';
 import type { Config } from './config/types.js';
 import { clientErrorHandler, isApiPath } from './http/client-error.js';
 import { registerCors } from './http/cors.js';
+import { instrumentRequests, measuredStore, type Metrics } from './http/metrics.js';
 import { proxyTrust, REQUEST_ID_SHAPE } from './http/proxies.js';
 import { countFailure } from './http/failure-limit.js';
 import { LIMITS, parseParams } from './http/params.js';
@@ -44,11 +45,13 @@ export interface BuildAppOptions {
   readonly now?: () => number;
   readonly limits?: Partial<AppLimits>;
   readonly https?: { key: Buffer; cert: Buffer };
+  /** The registry the metrics listener serves; a private one when absent. */
+  readonly metrics?: Metrics;
 }
 
 export async function buildApp(options: BuildAppOptions): Promise<{ app: FastifyInstance; ctx: AppContext }> {
-  const ctx = makeContext(options.config, options.keys, { now: options.now, limits: options.limits });
-  const store = options.store;
+  const ctx = makeContext(options.config, options.keys, { now: options.now, limits: options.limits, metrics: options.metrics });
+  const store = measuredStore(options.store, ctx.metrics);
   const logger = options.logger ?? createLogger('silent');
   const trusted = proxyTrust(options.config.trustedProxies);
   const app = Fastify({
@@ -96,6 +99,8 @@ export async function buildApp(options: BuildAppOptions): Promise<{ app: Fastify
   app.addHook('onRequest', async (request, reply) => {
     reply.header('X-Request-Id', request.id);
   });
+
+  instrumentRequests(app, ctx.metrics);
 
   // RFC 6797: an https issuer tells browsers to use nothing else for a year.
   if (options.config.baseUrl.startsWith('https:')) {

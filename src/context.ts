@@ -2,6 +2,7 @@
 import type { Config } from './config/types.js';
 import type { SigningKeys } from './crypto/keys.js';
 import { cookieSettingsFor, type CookieSettings } from './http/cookies.js';
+import { createMetrics, type Metrics } from './http/metrics.js';
 import { FixedWindowLimiter } from './http/rate-limit.js';
 import { isKnownSubject } from './policy/subjects.js';
 
@@ -46,11 +47,16 @@ export interface AppContext {
   readonly sessionLifetimeMs: number;
   /** Where a sign-in starts: the sign-in page, or the only upstream when there are no local users. */
   readonly signInPage: (loginId: string) => string;
+  readonly metrics: Metrics;
   /** Whether a grant's or session's subject is still a user, or comes from a configured upstream (DESIGN.md §6). */
   readonly isKnownSubject: (subject: string) => boolean;
 }
 
-export function makeContext(config: Config, keys: SigningKeys, options: { now?: () => number; limits?: Partial<AppLimits> } = {}): AppContext {
+export function makeContext(
+  config: Config,
+  keys: SigningKeys,
+  options: { now?: () => number; limits?: Partial<AppLimits>; metrics?: Metrics } = {},
+): AppContext {
   // The config's `limits` block, then what a test asks for (windows, small numbers).
   const limits: AppLimits = { ...DEFAULT_LIMITS, ...config.limits, ...options.limits };
   const clientOrigins = new Set<string>();
@@ -73,6 +79,7 @@ export function makeContext(config: Config, keys: SigningKeys, options: { now?: 
     cookies: cookieSettingsFor(config.baseUrl, config.basePath),
     clientOrigins,
     sessionLifetimeMs: 12 * 3600_000,
+    metrics: options.metrics ?? createMetrics({ processMetrics: false }),
     isKnownSubject: (subject) => isKnownSubject(subject, config.users, config.federations),
     signInPage: (loginId) =>
       skipToUpstream

@@ -2,6 +2,7 @@
 import { readFile } from 'node:fs/promises';
 import { buildApp } from './app.js';
 import type { Config } from './config/types.js';
+import { createMetrics, serveMetrics } from './http/metrics.js';
 import { createLogger } from './log.js';
 import { VERSION } from './version.js';
 import { openStore } from './store/open.js';
@@ -25,7 +26,10 @@ export async function serve(config: Config, warnings: readonly string[]): Promis
     config.tls.mode === 'terminate' && config.tls.certFile !== undefined && config.tls.keyFile !== undefined
       ? { cert: await readFile(config.tls.certFile), key: await readFile(config.tls.keyFile) }
       : undefined;
-  const { app } = await buildApp({ config, store, keys, logger, https });
+  const metrics = createMetrics({ processMetrics: true });
+  const { app } = await buildApp({ config, store, keys, logger, https, metrics });
+  // DESIGN.md §4: /metrics lives on its own listener, never on the public one.
+  const metricsServer = config.metrics === undefined ? undefined : await serveMetrics(metrics, config.metrics.listen);
 
   const sweep = setInterval(() => {
     store.sweep(Date.now()).catch((error: unknown) => logger.warn({ err: { message: (error as Error).message } }, 'sweep failed'));
@@ -41,6 +45,7 @@ export async function serve(config: Config, warnings: readonly string[]): Promis
     // app.close() stops accepting and waits for in-flight requests; then the store can go.
     app
       .close()
+      .then(() => new Promise<void>((resolve) => (metricsServer === undefined ? resolve() : metricsServer.close(() => resolve()))))
       .then(() => store.close())
       .then(() => {
         logger.info('stopped');
@@ -65,6 +70,7 @@ export async function serve(config: Config, warnings: readonly string[]): Promis
       state: store.description,
       tls: config.tls.mode,
       keys: keys.jwks.keys.map((key) => key.kid),
+      ...(config.metrics !== undefined && { metrics: `${config.metrics.listen.host}:${config.metrics.listen.port}` }),
     },
     'pinpoint is serving',
   );

@@ -11,6 +11,7 @@ import { sendErrorPage } from '../http/render-error.js';
 import { startSession } from '../http/session.js';
 import { OAuthError } from '../policy/oauth-error.js';
 import type { FederationStateStore, LoginRequestStore, SessionStore, SubjectClaims, SubjectClaimsStore } from '../store/types.js';
+import { bounded } from '../log.js';
 import { finishSignIn } from './finish.js';
 
 /** The state upstream sign-in reads and changes. */
@@ -225,6 +226,7 @@ export function federationRoutes(ctx: AppContext, store: FederationStores): Fast
       if (login === undefined) return sendErrorPage(reply, expiredSignIn());
       await startSession(store, reply, { cookies: ctx.cookies, lifetimeMs: ctx.sessionLifetimeMs, now }, subject, identity);
       await store.saveSubjectClaims(subject, identity, now + SUBJECT_CLAIMS_LIFETIME_MS);
+      request.log.info({ audit: true, event: 'sign_in', outcome: 'success', user: bounded(subject), method: `federation:${upstream.name}`, address: request.ip }, 'signed in');
       return finishSignIn(store, reply, ctx.config.basePath, login, now);
     });
   };

@@ -13,6 +13,7 @@ import { EMPTY_PARAMS, single, type Params } from '../http/params.js';
 import { sendErrorPage } from '../http/render-error.js';
 import { startSession } from '../http/session.js';
 import type { AttemptStore, LoginRequestRecord, LoginRequestStore, SessionStore } from '../store/types.js';
+import { bounded } from '../log.js';
 import { finishSignIn } from './finish.js';
 
 /** The slow-down beyond login_failures_any grows by this much per further wrong password, up to MAX_SLOWDOWN_MS (DESIGN.md §7). */
@@ -128,10 +129,12 @@ export function loginRoutes(ctx: AppContext, store: SignInStores): FastifyPlugin
         await store.countAttempt(userAnywhere(username), ctx.now(), ctx.limits.loginWindowMs);
         countFailure(ctx.failures, address, undefined, 401, ctx.now());
         request.outcome = 'wrong_credentials';
+        request.log.info({ audit: true, event: 'sign_in', outcome: 'failure', user: bounded(username), method: 'password', address }, 'sign-in failed');
         return showForm(request, reply, 401, { loginId, pending, username, message: 'Wrong username or password.' });
       }
       // The right password ends this address's count for the user; the count across addresses runs out by itself.
       await store.clearAttempts(userAtAddress(username, address));
+      request.log.info({ audit: true, event: 'sign_in', outcome: 'success', user: user.username, method: 'password', address }, 'signed in');
       const now = ctx.now();
       await startSession(store, reply, { cookies: ctx.cookies, lifetimeMs: ctx.sessionLifetimeMs, now }, user.username, { email: user.email, name: user.name });
       return finishSignIn(store, reply, ctx.config.basePath, pending, now);

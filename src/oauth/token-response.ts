@@ -15,8 +15,17 @@ export interface TokenResponse {
   readonly id_token?: string;
 }
 
+/** The answer and what the audit line says of it (DESIGN.md §10: client, grant type, aud, scope, grant id). */
+export interface Issued {
+  readonly response: TokenResponse;
+  readonly audience: Audience;
+  readonly grantId?: string;
+}
+
 export interface IssueInput {
   readonly client: ClientRecord;
+  /** The grant the tokens belong to; none for client_credentials. */
+  readonly grantId?: string;
   readonly subject: string;
   readonly audience: Audience;
   readonly scope: readonly string[];
@@ -27,7 +36,7 @@ export interface IssueInput {
   readonly idToken?: { readonly nonce?: string; readonly claims: SubjectClaims; readonly authTime: number };
 }
 
-export async function issueTokens(ctx: AppContext, input: IssueInput, now: number): Promise<TokenResponse> {
+export async function issueTokens(ctx: AppContext, input: IssueInput, now: number): Promise<Issued> {
   const lifetimeSeconds = Math.floor(ctx.config.accessTokenLifetimeMs / 1000);
   const accessToken = await signJwt(
     ctx.keys.accessToken,
@@ -68,5 +77,5 @@ export async function issueTokens(ctx: AppContext, input: IssueInput, now: numbe
       }, now),
     );
   }
-  return response;
+  return { response, audience: input.audience, ...(input.grantId !== undefined && { grantId: input.grantId }) };
 }

@@ -37,7 +37,7 @@ export function tokenRoutes(ctx: AppContext, store: TokenStores): FastifyPluginA
         const handler = grants.get(grantType);
         if (handler === undefined) throw new OAuthError('unsupported_grant_type', `grant_type "${grantType}" is not supported`);
         const client = authenticateClient(presented, ctx.config.clients);
-        const body = await runGrant(handler, store, { client, params, now: ctx.now(), log: request.log });
+        const body = await runGrant(handler, store, ctx.metrics, { client, params, now: ctx.now(), log: request.log });
         return { body };
       }),
     );

@@ -269,7 +269,16 @@ export async function signInForTokens(baseUrl: string, options: { resources?: re
   });
   await submitted.arrayBuffer();
   if (submitted.status !== 302 && submitted.status !== 303) throw new Error(`login answered ${submitted.status}`);
-  const callback = new URL(submitted.headers.get('location') ?? '', baseUrl);
+  cookies = mergeCookies(cookies, submitted);
+  // Sign-in sends the browser to /authorize/resume, which sends it on to the client.
+  const resumed = await fetch(new URL(submitted.headers.get('location') ?? '', baseUrl), {
+    redirect: 'manual',
+    headers: { cookie: cookies },
+    signal: AbortSignal.timeout(10_000),
+  });
+  await resumed.arrayBuffer();
+  if (resumed.status !== 303) throw new Error(`resume answered ${resumed.status}`);
+  const callback = new URL(resumed.headers.get('location') ?? '', baseUrl);
   const code = callback.searchParams.get('code');
   if (!callback.href.startsWith(REDIRECT) || code === null || callback.searchParams.get('state') !== state) {
     throw new Error(`login did not return to the client with a code: ${callback.origin}${callback.pathname}`);

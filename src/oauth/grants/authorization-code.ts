@@ -39,13 +39,14 @@ export function authorizationCodeGrant(ctx: AppContext, store: AuthorizationCode
       // The code is used and the refresh token stored in one transaction: one commit per exchange.
       if (!(await store.consumeCode(code.digest, now, refresh?.record))) {
         // Another exchange of the same code, by the same client, won the race: that is a replay too (DESIGN.md §6).
-        await revokeReplayed(store, request, grant.id, 'authorization_code');
+        await revokeReplayed(store, ctx.metrics, request, grant.id, 'authorization_code');
         throw badCode();
       }
       return issueTokens(
         ctx,
         {
           client,
+          grantId: grant.id,
           subject: grant.subject,
           audience,
           scope: grant.scope,

@@ -68,6 +68,7 @@ export function deviceCodeGrant(ctx: AppContext, store: DeviceCodeStore): GrantH
         ctx,
         {
           client,
+          grantId,
           subject,
           audience: poll.audience,
           scope: grant.scope,

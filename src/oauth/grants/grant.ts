@@ -9,7 +9,8 @@ import type { ClientRecord } from '../../config/types.js';
 import type { Params } from '../../http/params.js';
 import type { TokenDecision } from '../../policy/token-requests.js';
 import type { GrantStore } from '../../store/types.js';
-import type { TokenResponse } from '../token-response.js';
+import type { Metrics } from '../../http/metrics.js';
+import type { Issued, TokenResponse } from '../token-response.js';
 
 export interface TokenRequest {
   readonly client: ClientRecord;
@@ -21,23 +22,38 @@ export interface TokenRequest {
 export interface GrantHandler<Validated> {
   readonly grantType: string;
   validate(request: TokenRequest): Promise<TokenDecision<Validated>>;
-  respond(request: TokenRequest, validated: Validated): Promise<TokenResponse>;
+  respond(request: TokenRequest, validated: Validated): Promise<Issued>;
 }
 
 /** Runs a handler's two halves; a refusal that names a grant to revoke revokes it before the error is answered. */
-export async function runGrant<V>(handler: GrantHandler<V>, grants: GrantStore, request: TokenRequest): Promise<TokenResponse> {
+export async function runGrant<V>(handler: GrantHandler<V>, grants: GrantStore, metrics: Metrics, request: TokenRequest): Promise<TokenResponse> {
   const decision = await handler.validate(request);
   if (!decision.ok) {
-    if (decision.revokeGrant !== undefined) await revokeReplayed(grants, request, decision.revokeGrant, handler.grantType);
+    if (decision.revokeGrant !== undefined) await revokeReplayed(grants, metrics, request, decision.revokeGrant, handler.grantType);
     throw decision.error;
   }
-  return handler.respond(request, decision.value);
+  const issued = await handler.respond(request, decision.value);
+  metrics.tokensIssued.inc({ grant_type: handler.grantType });
+  request.log.info(
+    {
+      audit: true,
+      event: 'token_issued',
+      client_id: request.client.clientId,
+      grant_type: handler.grantType,
+      aud: issued.audience,
+      scope: issued.response.scope,
+      grant_id: issued.grantId,
+    },
+    'token issued',
+  );
+  return issued.response;
 }
 
 /** RFC 6749 §4.1.2, RFC 9700 §4.14.2: a replayed code or refresh token means it leaked or the client raced itself. */
-export async function revokeReplayed(grants: GrantStore, request: TokenRequest, grantId: string, grantType: string): Promise<void> {
+export async function revokeReplayed(grants: GrantStore, metrics: Metrics, request: TokenRequest, grantId: string, grantType: string): Promise<void> {
   await grants.revokeGrant(grantId);
-  request.log.warn({ client_id: request.client.clientId, grant_id: grantId, grant_type: grantType }, 'replayed grant credential: grant revoked');
+  metrics.refreshReuse.inc();
+  request.log.warn({ audit: true, event: 'reuse_detected', client_id: request.client.clientId, grant_id: grantId, grant_type: grantType }, 'replayed grant credential: grant revoked');
 }
 
 export function unwrap<T>(decision: { ok: true; value: T } | { ok: false; error: Error }): T {

@@ -41,10 +41,10 @@ export function refreshTokenGrant(ctx: AppContext, store: RefreshTokenStore & Gr
       const next = newRefreshToken(grant.id, now, lifetimeMs);
       if (!(await store.rotateRefreshToken(token.digest, next.record, now))) {
         // Lost a race with a parallel refresh of the same token: that is reuse too (DESIGN.md §6).
-        await revokeReplayed(store, request, grant.id, 'refresh_token');
+        await revokeReplayed(store, ctx.metrics, request, grant.id, 'refresh_token');
         throw badRefreshToken();
       }
-      return issueTokens(ctx, { client, subject: grant.subject, audience, scope, authTime: grant.authTime, refreshToken: next.value }, now);
+      return issueTokens(ctx, { client, grantId: grant.id, subject: grant.subject, audience, scope, authTime: grant.authTime, refreshToken: next.value }, now);
     },
   };
 }
