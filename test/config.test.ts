@@ -324,8 +324,8 @@ describe('unknown names', () => {
   test('an unknown top-level block is named', async () => {
     const { lines, file } = await problemsOf(`${VALID}clients "tv" {\n  audience = ["x"]\n}\n`);
     assertProblem(lines, `${file}:10: unknown block "clients"; did you mean "client"?`);
-    const other = await problemsOf(`${VALID}metrics {\n  port = 9100\n}\n`);
-    assertProblem(other.lines, `${other.file}:10: unknown block "metrics"; known: base_url`);
+    const other = await problemsOf(`${VALID}logging {\n  port = 9100\n}\n`);
+    assertProblem(other.lines, `${other.file}:10: unknown block "logging"; known: base_url`, 'dynamic_clients', 'resource_server');
   });
 
   test('an unknown attribute inside a block names the block and its line', async () => {

@@ -2,9 +2,9 @@
 export type HclBody = Record<string, unknown>;
 
 /** Top-level blocks written once, without a label: `tls { ... }`. */
-export const SINGLE_BLOCKS = ['tls', 'state'] as const;
+export const SINGLE_BLOCKS = ['tls', 'state', 'limits', 'metrics', 'dynamic_clients'] as const;
 /** Top-level blocks written with one label, the name: `client "webapp" { ... }`. */
-export const LABELED_BLOCKS = ['user', 'federation', 'client'] as const;
+export const LABELED_BLOCKS = ['user', 'federation', 'client', 'resource_server'] as const;
 
 export type SingleBlockType = (typeof SINGLE_BLOCKS)[number];
 export type LabeledBlockType = (typeof LABELED_BLOCKS)[number];

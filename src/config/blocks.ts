@@ -27,7 +27,12 @@ export interface TopLevel {
   readonly labeled: Record<LabeledBlockType, BlockInstance[]>;
 }
 
-const EXAMPLE_LABEL: Record<LabeledBlockType, string> = { user: 'alice', federation: 'campus', client: 'webapp' };
+const EXAMPLE_LABEL: Record<LabeledBlockType, string> = {
+  user: 'alice',
+  federation: 'campus',
+  client: 'webapp',
+  resource_server: 'https://api.example.org/',
+};
 
 const isBody = (value: unknown): value is HclBody => typeof value === 'object' && value !== null && !Array.isArray(value);
 
@@ -35,7 +40,7 @@ const isBody = (value: unknown): value is HclBody => typeof value === 'object' &
 export function splitTopLevel(body: HclBody, source: readonly SourceEntry[], report: (message: PlacedMessage) => void): TopLevel {
   const attributes: HclBody = {};
   const single: Partial<Record<SingleBlockType, BlockInstance>> = {};
-  const labeled: Record<LabeledBlockType, BlockInstance[]> = { user: [], federation: [], client: [] };
+  const labeled: Record<LabeledBlockType, BlockInstance[]> = { user: [], federation: [], client: [], resource_server: [] };
 
   for (const [key, value] of Object.entries(body)) {
     if (isSingleBlock(key)) {

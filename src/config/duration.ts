@@ -12,17 +12,20 @@ const PART = /(\d+(?:\.\d*)?|\.\d+)(ms|s|m|h|d)/g;
 
 /**
  * Parses a Go-style duration (`90s`, `15m`, `1h30m`, `1.5h`, `500ms`) plus `d` for days into
- * milliseconds; undefined for anything else, including zero, signs, spaces and values too big to count.
+ * milliseconds; undefined for anything else, including signs, spaces, values too big to count and,
+ * unless `zero` is allowed (a grace period may be none: `0s` or `0`), zero.
  */
-export function parseDuration(text: string): number | undefined {
+export function parseDuration(text: string, { zero = false }: { readonly zero?: boolean } = {}): number | undefined {
+  if (zero && text === '0') return 0;
   if (!WHOLE.test(text)) return undefined;
   let total = 0;
   for (const [, amount, unit] of text.matchAll(PART)) {
     total += Number(amount) * (UNIT_MS[unit as string] as number);
   }
   const milliseconds = Math.round(total);
-  if (!Number.isSafeInteger(milliseconds) || milliseconds <= 0) return undefined;
-  return milliseconds;
+  if (!Number.isSafeInteger(milliseconds)) return undefined;
+  if (milliseconds === 0 && zero && total === 0) return 0;
+  return milliseconds > 0 ? milliseconds : undefined;
 }
 
 const DISPLAY_UNITS: readonly (readonly [string, number])[] = [

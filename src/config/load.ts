@@ -7,11 +7,18 @@ import { checkReadableFile, exposureWarning, readSecretFile } from './files.js';
 import { deepFreeze, frozenMap } from './frozen.js';
 import { readHcl } from './hcl.js';
 import { ConfigInvalid, formatProblem } from './problems.js';
+import { requestableReason } from '../policy/requestable.js';
 import {
   clientSpec,
   DEFAULT_CLIENT_SCOPES,
+  DEFAULT_DYNAMIC_SCOPES,
   DEFAULT_FEDERATION_SCOPES,
+  DEFAULT_LIMITS,
+  dynamicClientsSpec,
   federationSpec,
+  limitsSpec,
+  metricsSpec,
+  resourceServerSpec,
   stateSpec,
   tlsSpec,
   topLevelSpec,
@@ -20,7 +27,18 @@ import {
 } from './schema.js';
 import type { SourceEntry } from './source-index.js';
 import { closestName } from './suggest.js';
-import type { ClientRecord, Config, ConfigProblem, FederationRecord, StateConfig, TlsConfig, UserRecord } from './types.js';
+import type {
+  ClientRecord,
+  Config,
+  ConfigProblem,
+  DynamicClientsConfig,
+  FederationRecord,
+  LimitsConfig,
+  ResourceServerRecord,
+  StateConfig,
+  TlsConfig,
+  UserRecord,
+} from './types.js';
 
 export { ConfigInvalid, formatProblem } from './problems.js';
 
@@ -109,29 +127,37 @@ async function buildConfig(body: HclBody, absolute: string, findings: Findings):
   const users = top.labeled.user.map((instance) => buildUser(instance, findings));
   const federations = await Promise.all(top.labeled.federation.map((instance) => buildFederation(instance, findings, inFolder)));
   const clients = await Promise.all(top.labeled.client.map((instance) => buildClient(instance, findings, inFolder)));
+  const trustedProxies = attributes.trusted_proxies ?? [];
+  warnAboutProxies(trustedProxies, top.single.tls, tls, findings);
+  const limits = buildLimits(top.single.limits, findings);
+  // An invalid top-level listen is reported already; comparing with it would only add noise.
+  const listen = top.attributes.listen === undefined ? DEFAULT_LISTEN : attributes.listen;
+  const metrics = buildMetrics(top.single.metrics, listen, findings);
+  const dynamicClients = await buildDynamicClients(top.single.dynamic_clients, findings, inFolder);
+  const resourceServers = await Promise.all(
+    top.labeled.resource_server.map((instance) => buildResourceServer(instance, nameableAudience(top.labeled.client, top.single.dynamic_clients), findings, inFolder)),
+  );
 
   const canSignIn = top.labeled.user.length > 0 || top.labeled.federation.length > 0;
   if (!canSignIn) {
+    const missing = 'but there is no user or federation block; add a user "name" { ... } or a federation "name" { ... } block';
     for (const instance of top.labeled.client) {
       const redirects = instance.body.redirect_uris;
       const needsPerson = instance.body.device === true || (Array.isArray(redirects) && redirects.length > 0);
-      if (needsPerson) {
-        findings.problem({
-          block: instance.name,
-          entry: instance.entry,
-          message: 'needs a person to sign in, but there is no user or federation block; add a user "name" { ... } or a federation "name" { ... } block',
-        });
-      }
+      if (needsPerson) findings.problem({ block: instance.name, entry: instance.entry, message: `needs a person to sign in, ${missing}` });
     }
+    // DESIGN.md §9: dynamic clients only use the authorization code flow, so always a person.
+    const dynamic = top.single.dynamic_clients;
+    if (dynamic) findings.problem({ block: dynamic.name, entry: dynamic.entry, message: `dynamic clients need a person to sign in, ${missing}` });
   }
 
   const base = attributes.base_url;
-  if (findings.problems.length > 0 || !base || !tls || !state) return undefined;
+  if (findings.problems.length > 0 || !base || !tls || !state || !listen || !limits) return undefined;
   return deepFreeze({
     file: absolute,
     baseUrl: base.baseUrl,
     basePath: base.basePath,
-    listen: attributes.listen ?? DEFAULT_LISTEN,
+    listen,
     accessTokenLifetimeMs: attributes.access_token_lifetime ?? DEFAULT_ACCESS_TOKEN_LIFETIME_MS,
     logLevel: attributes.log_level ?? 'info',
     tls,
@@ -139,6 +165,11 @@ async function buildConfig(body: HclBody, absolute: string, findings: Findings):
     users: recordMap(users, (user) => user.username),
     federations: recordMap(federations, (federation) => federation.name),
     clients: recordMap(clients, (client) => client.clientId),
+    trustedProxies,
+    limits,
+    ...(metrics && { metrics }),
+    resourceServers: recordMap(resourceServers, (server) => server.label),
+    ...(dynamicClients && { dynamicClients }),
   });
 }
 
@@ -296,6 +327,10 @@ async function buildClient(instance: BlockInstance, findings: Findings, inFolder
   const device = value.device === true;
   const secret =
     value.secret_file === undefined || device ? undefined : await secretFrom(value.secret_file, 'secret_file', place, findings, inFolder);
+  const refreshReuseGraceMs = value.refresh_reuse_grace ?? 0;
+  if (refreshReuseGraceMs > 0 && value.refresh_lifetime === undefined) {
+    findings.warning({ ...place, attribute: 'refresh_reuse_grace', message: 'has no effect: without refresh_lifetime this client gets no refresh tokens' });
+  }
   if (value.audience === undefined) return undefined;
   return {
     clientId,
@@ -305,7 +340,155 @@ async function buildClient(instance: BlockInstance, findings: Findings, inFolder
     audience: value.audience,
     ...(value.refresh_lifetime !== undefined && { refreshLifetimeMs: value.refresh_lifetime }),
     scopes: value.scopes ?? [...DEFAULT_CLIENT_SCOPES],
+    ...(value.display_name !== undefined && { displayName: value.display_name }),
+    postLogoutRedirectUris: value.post_logout_redirect_uris ?? [],
+    idTokenSigningAlg: value.id_token_signing_alg ?? 'RS256',
+    refreshReuseGraceMs,
   };
+}
+
+function warnAboutProxies(trustedProxies: readonly string[], tlsBlock: BlockInstance | undefined, tls: TlsConfig | undefined, findings: Findings): void {
+  if (tls?.mode === 'proxy' && trustedProxies.length === 0) {
+    findings.warning({
+      block: tlsBlock?.name,
+      entry: tlsBlock?.entry,
+      attribute: 'mode',
+      message:
+        'is "proxy" but trusted_proxies is empty: forwarded headers will be ignored, so every request seems to come from the proxy ' +
+        '(one set of limits for everyone, the proxy\'s address in the logs); list the proxy, e.g. trusted_proxies = ["127.0.0.1"]',
+    });
+  }
+  const everyone = trustedProxies.filter((entry) => /\/0+$/.test(entry));
+  for (const entry of everyone) {
+    findings.warning({
+      attribute: 'trusted_proxies',
+      message: `entry ${JSON.stringify(entry)} trusts every address, so any client can choose its own address with X-Forwarded-For; list only your proxies`,
+    });
+  }
+}
+
+function buildLimits(instance: BlockInstance | undefined, findings: Findings): LimitsConfig | undefined {
+  if (!instance) return DEFAULT_LIMITS;
+  const problemsBefore = findings.problems.length;
+  const value = validate(limitsSpec, instance.body, { block: instance.name, entry: instance.entry }, findings);
+  if (findings.problems.length > problemsBefore) return undefined;
+  return {
+    clientFailures: value.client_failures ?? DEFAULT_LIMITS.clientFailures,
+    addressFailures: value.address_failures ?? DEFAULT_LIMITS.addressFailures,
+    loginFailures: value.login_failures ?? DEFAULT_LIMITS.loginFailures,
+    loginFailuresAny: value.login_failures_any ?? DEFAULT_LIMITS.loginFailuresAny,
+    userCodeFailures: value.user_code_failures ?? DEFAULT_LIMITS.userCodeFailures,
+  };
+}
+
+type ListenAddress = Config['listen'];
+
+function buildMetrics(instance: BlockInstance | undefined, main: ListenAddress | undefined, findings: Findings): Config['metrics'] {
+  if (!instance) return undefined;
+  const place = { block: instance.name, entry: instance.entry };
+  const listen = validate(metricsSpec, instance.body, place, findings).listen;
+  if (!listen) return undefined;
+  if (main && sameListener(listen, main)) {
+    findings.problem({
+      ...place,
+      attribute: 'listen',
+      message: `${JSON.stringify(formatListen(listen))} is the main listen address (${formatListen(main)}); /metrics needs a listener of its own, e.g. "127.0.0.1:9464"`,
+    });
+  }
+  return { listen };
+}
+
+/** Whether two listeners would claim the same socket: equal, or one on the wildcard address of the same port. */
+function sameListener(a: ListenAddress, b: ListenAddress): boolean {
+  if (a.port !== b.port || a.port === 0) return false;
+  const wildcard = (host: string): boolean => host === '0.0.0.0' || host === '::';
+  return a.host.toLowerCase() === b.host.toLowerCase() || wildcard(a.host) || wildcard(b.host);
+}
+
+function formatListen({ host, port }: ListenAddress): string {
+  return host.includes(':') ? `[${host}]:${port}` : `${host}:${port}`;
+}
+
+async function buildDynamicClients(
+  instance: BlockInstance | undefined,
+  findings: Findings,
+  inFolder: (path: string) => string,
+): Promise<DynamicClientsConfig | undefined> {
+  if (!instance) return undefined;
+  const place = { block: instance.name, entry: instance.entry };
+  const problemsBefore = findings.problems.length;
+  const value = validate(dynamicClientsSpec, instance.body, place, findings);
+  const registration = value.registration ?? 'off';
+  const metadataDocuments = value.metadata_documents ?? false;
+  const registrationToken =
+    registration === 'token' && value.token_file !== undefined ? await secretFrom(value.token_file, 'token_file', place, findings, inFolder) : undefined;
+  if (registration === 'off' && !metadataDocuments) {
+    findings.warning({
+      ...place,
+      message: 'registration is "off" and metadata_documents is false, so no dynamic client can appear; set metadata_documents = true or registration = "open"',
+    });
+  }
+  if (value.allow_private_addresses === true) {
+    findings.warning({
+      ...place,
+      attribute: 'allow_private_addresses',
+      message: 'is true: client metadata documents may be fetched from loopback and private addresses; for tests only, never in production',
+    });
+  }
+  const refreshReuseGraceMs = value.refresh_reuse_grace ?? 0;
+  if (refreshReuseGraceMs > 0 && value.refresh_lifetime === undefined) {
+    findings.warning({ ...place, attribute: 'refresh_reuse_grace', message: 'has no effect: without refresh_lifetime dynamic clients get no refresh tokens' });
+  }
+  if (findings.problems.length > problemsBefore || value.audience === undefined) return undefined;
+  return {
+    audience: value.audience,
+    metadataDocuments,
+    registration,
+    ...(registrationToken !== undefined && { registrationToken }),
+    scopes: value.scopes ?? [...DEFAULT_DYNAMIC_SCOPES],
+    ...(value.default_scope !== undefined && { defaultScope: value.default_scope }),
+    ...(value.refresh_lifetime !== undefined && { refreshLifetimeMs: value.refresh_lifetime }),
+    refreshReuseGraceMs,
+    allowPrivateAddresses: value.allow_private_addresses ?? false,
+  };
+}
+
+/** Audience entries as written in client and dynamic_clients blocks, valid or not, so one mistake is not reported twice. */
+function nameableAudience(clients: readonly BlockInstance[], dynamic: BlockInstance | undefined): { entries: ReadonlySet<string>; clientIds: ReadonlySet<string> } {
+  const entries = new Set<string>();
+  for (const body of [...clients.map((client) => client.body), ...(dynamic ? [dynamic.body] : [])]) {
+    if (!Array.isArray(body.audience)) continue;
+    for (const entry of body.audience) if (typeof entry === 'string' && requestableReason(entry) === undefined) entries.add(entry);
+  }
+  return { entries, clientIds: new Set(clients.map((client) => client.label ?? '')) };
+}
+
+async function buildResourceServer(
+  instance: BlockInstance,
+  known: { entries: ReadonlySet<string>; clientIds: ReadonlySet<string> },
+  findings: Findings,
+  inFolder: (path: string) => string,
+): Promise<ResourceServerRecord | undefined> {
+  const place = { block: instance.name, entry: instance.entry };
+  const label = instance.label ?? '';
+  // DESIGN.md §3: the label is a requestable audience entry, so it is what the server finds in a token's aud.
+  const reason = requestableReason(label);
+  if (reason !== undefined) {
+    findings.problem({
+      ...place,
+      message: `the label must be an audience entry that can be named as resource (an absolute URI without "#"), but it is ${reason === 'logical name' ? 'a logical name' : 'a URI with a fragment'}`,
+    });
+  } else if (!known.entries.has(label)) {
+    const suggestion = closestName(label, [...known.entries]);
+    const hint = suggestion === undefined ? '' : `; did you mean ${JSON.stringify(suggestion)}?`;
+    findings.problem({ ...place, message: `the label is not in the audience of any client or of dynamic_clients; a resource_server label must be an audience entry that can be named as resource${hint}` });
+  }
+  if (known.clientIds.has(label)) {
+    findings.problem({ ...place, message: 'the label is also a client_id; /introspect could not tell which one authenticates' });
+  }
+  const value = validate(resourceServerSpec, instance.body, place, findings);
+  const secret = value.secret_file === undefined ? undefined : await secretFrom(value.secret_file, 'secret_file', place, findings, inFolder);
+  return secret === undefined ? undefined : { label, secret };
 }
 
 /** Reads a secret file named by an attribute, reporting a problem or a warning at that attribute. */

@@ -1,7 +1,9 @@
+import { isIP } from 'node:net';
 import { z } from 'zod';
 import { isPasswordHash } from '../crypto/password.js';
 import { isAbsoluteUri } from '../policy/requestable.js';
 import { parseDuration } from './duration.js';
+import type { LimitsConfig } from './types.js';
 import { parseBaseUrl, parseIssuerUrl } from './urls.js';
 
 /** One attribute-level complaint from a rule that looks at several attributes of a block. */
@@ -58,6 +60,23 @@ function duration(example: string) {
   });
 }
 
+/** The longest refresh_reuse_grace DESIGN.md §3 allows. */
+export const MAX_REUSE_GRACE_MS = 60_000;
+
+// DESIGN.md §6: a grace may be none ("0s"), and is short by design.
+const reuseGrace = text('a duration in quotes, e.g. "10s"').transform((value, context) => {
+  const milliseconds = parseDuration(value, { zero: true });
+  if (milliseconds === undefined) {
+    context.issues.push({ code: 'custom', input: value, message: `${quote(value)} is not a duration; use e.g. 10s, or 0s for none` });
+    return z.NEVER;
+  }
+  if (milliseconds > MAX_REUSE_GRACE_MS) {
+    context.issues.push({ code: 'custom', input: value, message: `${quote(value)} is longer than the most allowed, "60s"` });
+    return z.NEVER;
+  }
+  return milliseconds;
+});
+
 // RFC 6749 §3.3: scope-token = 1*( %x21 / %x23-5B / %x5D-7E )
 const SCOPE_TOKEN = /^[\x21\x23-\x5B\x5D-\x7E]+$/;
 const scopeList = uniqueList(
@@ -66,6 +85,25 @@ const scopeList = uniqueList(
   }),
   'scope names',
 );
+
+// RFC 6749 §3.3: scope = scope-token *( SP scope-token ), as a request's scope parameter is written.
+const scopeString = text('a string in quotes, e.g. "openid mcp"').transform((value, context) => {
+  const values = value.split(' ');
+  if (!values.every((item) => SCOPE_TOKEN.test(item))) {
+    context.issues.push({
+      code: 'custom',
+      input: value,
+      message: `${quote(value)} is not a scope string; write scope values separated by single spaces, e.g. "openid mcp"`,
+    });
+    return z.NEVER;
+  }
+  const repeated = values.find((item, index) => values.indexOf(item) !== index);
+  if (repeated !== undefined) {
+    context.issues.push({ code: 'custom', input: value, message: `lists ${quote(repeated)} more than once` });
+    return z.NEVER;
+  }
+  return values;
+});
 
 // RFC 6749 §3.1.2: a redirection endpoint is an absolute URI without a fragment.
 const redirectUri = text().superRefine((value, context) => {
@@ -86,16 +124,44 @@ const baseUrl = text('a URL in quotes', 'is required; write the public URL of th
 );
 
 const LISTEN = /^(?:\[([0-9A-Fa-f:.]+)\]|([^\s:[\]]+)):(\d{1,5})$/;
-const listen = text('"host:port" in quotes').transform((value, context) => {
-  const match = LISTEN.exec(value);
-  const port = Number(match?.[3]);
-  if (match && port <= 65535) return { host: (match[1] ?? match[2]) as string, port };
-  context.issues.push({ code: 'custom', input: value, message: `${quote(value)} is not host:port; write e.g. "127.0.0.1:8080" or "[::1]:8080"` });
-  return z.NEVER;
+function listenAddress(example: string, whenMissing?: string) {
+  return text('"host:port" in quotes', whenMissing).transform((value, context) => {
+    const match = LISTEN.exec(value);
+    const port = Number(match?.[3]);
+    if (match && port <= 65535) return { host: (match[1] ?? match[2]) as string, port };
+    context.issues.push({ code: 'custom', input: value, message: `${quote(value)} is not host:port; write e.g. "${example}" or "[::1]:${example.split(':')[1]}"` });
+    return z.NEVER;
+  });
+}
+
+/** Why a trusted_proxies entry is not an address or CIDR that node:net's BlockList takes, or undefined when it is. */
+function proxyEntryProblem(entry: string): string | undefined {
+  const [address = '', prefix, extra] = entry.split('/');
+  if (address.includes('%')) return 'has a zone index ("%..."); write the address without it';
+  const family = isIP(address);
+  if (family === 0 || extra !== undefined) {
+    return 'is not an IP address or CIDR; write e.g. "10.0.0.0/8", "192.0.2.7" or "::1" (host names are not resolved)';
+  }
+  const bits = family === 4 ? 32 : 128;
+  if (prefix !== undefined && (!/^\d{1,3}$/.test(prefix) || Number(prefix) > bits)) return `has a prefix length that is not a number from 0 to ${bits}`;
+  return undefined;
+}
+
+const proxyEntry = text().superRefine((value, context) => {
+  const problem = proxyEntryProblem(value);
+  if (problem) context.addIssue({ code: 'custom', message: `${quote(value)} ${problem}` });
 });
+
+const audienceList = (example: string, whom: string) =>
+  uniqueList(nonEmptyText(), 'resource server identifiers', `is required; list the resource servers ${whom} get tokens for, e.g. audience = [${quote(example)}]`).refine(
+    (values) => values.length > 0,
+    { error: `must list at least one entry, e.g. [${quote(example)}]` },
+  );
 
 const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
 const TLS_MODES = ['off', 'proxy', 'terminate'] as const;
+const ID_TOKEN_ALGS = ['RS256', 'ES256'] as const;
+const REGISTRATION_MODES = ['off', 'open', 'token'] as const;
 
 function oneOf<const T extends readonly [string, ...string[]]>(values: T) {
   return z.enum(values, { error: (issue) => `is ${quote(issue.input)}; use one of ${values.map((v) => quote(v)).join(', ')}` });
@@ -107,9 +173,44 @@ const boolean = z.boolean({ error: 'must be true or false (without quotes)' });
 export const topLevelSpec = spec(
   z.strictObject({
     base_url: baseUrl,
-    listen: listen.optional(),
+    listen: listenAddress('127.0.0.1:8080').optional(),
     access_token_lifetime: duration('1h').optional(),
     log_level: oneOf(LOG_LEVELS).optional(),
+    trusted_proxies: uniqueList(proxyEntry, 'addresses or CIDRs').optional(),
+  }),
+);
+
+/** The most any limit may be set to: beyond it a limit no longer limits. */
+export const MAX_LIMIT = 1_000_000;
+
+const limit = z
+  .number({ error: (issue) => (typeof issue.input === 'string' ? 'must be a number without quotes, e.g. 300' : 'must be a whole number, e.g. 300') })
+  .refine((value) => Number.isInteger(value) && value >= 1 && value <= MAX_LIMIT, {
+    error: (issue) => `is ${String(issue.input)}; use a whole number from 1 to ${MAX_LIMIT}`,
+  });
+
+/** DESIGN.md §3 `limits`, with §4's numbers as defaults. */
+export const DEFAULT_LIMITS: LimitsConfig = {
+  clientFailures: 300,
+  addressFailures: 300,
+  loginFailures: 10,
+  loginFailuresAny: 100,
+  userCodeFailures: 20,
+};
+
+export const limitsSpec = spec(
+  z.strictObject({
+    client_failures: limit.optional(),
+    address_failures: limit.optional(),
+    login_failures: limit.optional(),
+    login_failures_any: limit.optional(),
+    user_code_failures: limit.optional(),
+  }),
+);
+
+export const metricsSpec = spec(
+  z.strictObject({
+    listen: listenAddress('127.0.0.1:9464', 'is required; write e.g. listen = "127.0.0.1:9464"'),
   }),
 );
 
@@ -201,14 +302,16 @@ export const clientSpec = spec(
   z.strictObject({
     secret_file: nonEmptyText().optional(),
     redirect_uris: uniqueList(redirectUri, 'URIs').optional(),
-    audience: uniqueList(
-      nonEmptyText(),
-      'resource server identifiers',
-      'is required; list the resource servers this client gets tokens for, e.g. audience = ["https://api.example.org/"]',
-    ).refine((values) => values.length > 0, { error: 'must list at least one entry, e.g. ["https://api.example.org/"]' }),
+    audience: audienceList('https://api.example.org/', 'this client'),
     refresh_lifetime: duration('720h').optional(),
     scopes: scopeList.optional(),
     device: boolean.optional(),
+    display_name: nonEmptyText()
+      .refine((value) => !/\p{Cc}/u.test(value), { error: 'must not contain control characters (such as line breaks)' })
+      .optional(),
+    post_logout_redirect_uris: uniqueList(redirectUri, 'URIs').optional(),
+    id_token_signing_alg: oneOf(ID_TOKEN_ALGS).optional(),
+    refresh_reuse_grace: reuseGrace.optional(),
   }),
   (raw) => {
     const issues: RuleIssue[] = [];
@@ -217,6 +320,9 @@ export const clientSpec = spec(
       // DESIGN.md §3: a device client is always public and never redirects.
       if (raw.secret_file !== undefined) issues.push({ attribute: 'secret_file', message: 'is not allowed with device = true (a device client is public)' });
       if (raw.redirect_uris !== undefined) issues.push({ attribute: 'redirect_uris', message: 'is not allowed with device = true (the device flow has no redirect)' });
+      if (raw.post_logout_redirect_uris !== undefined) {
+        issues.push({ attribute: 'post_logout_redirect_uris', message: 'is not allowed with device = true (a device client has no browser to send back)' });
+      }
     } else if (raw.secret_file === undefined && !hasRedirects) {
       const message = 'a public client needs redirect_uris; or set device = true, or give it a secret_file for client_credentials';
       issues.push(raw.redirect_uris === undefined ? { message } : { attribute: 'redirect_uris', message });
@@ -227,3 +333,44 @@ export const clientSpec = spec(
 
 export const DEFAULT_CLIENT_SCOPES = ['openid', 'profile', 'email'] as const;
 export const DEFAULT_FEDERATION_SCOPES = ['openid', 'email', 'profile'] as const;
+
+export const resourceServerSpec = spec(
+  z.strictObject({
+    secret_file: nonEmptyText(undefined, 'is required; name a file holding the secret this resource server sends to /introspect'),
+  }),
+);
+
+export const DEFAULT_DYNAMIC_SCOPES = ['openid', 'profile', 'email'] as const;
+
+export const dynamicClientsSpec = spec(
+  z.strictObject({
+    audience: audienceList('https://mcp.example.org/mcp', 'dynamic clients'),
+    metadata_documents: boolean.optional(),
+    registration: oneOf(REGISTRATION_MODES).optional(),
+    token_file: nonEmptyText().optional(),
+    scopes: scopeList.optional(),
+    default_scope: scopeString.optional(),
+    refresh_lifetime: duration('720h').optional(),
+    refresh_reuse_grace: reuseGrace.optional(),
+    allow_private_addresses: boolean.optional(),
+  }),
+  (raw) => {
+    const issues: RuleIssue[] = [];
+    if (raw.registration === 'token' && raw.token_file === undefined) {
+      issues.push({ attribute: 'token_file', message: 'is required when registration = "token"; name a file holding the initial access token' });
+    }
+    if (raw.registration !== 'token' && raw.token_file !== undefined) {
+      const mode = typeof raw.registration === 'string' ? raw.registration : 'off';
+      issues.push({ attribute: 'token_file', message: `is only used when registration = "token" (registration is ${quote(mode)}); set it or remove token_file` });
+    }
+    const scopes: readonly unknown[] = Array.isArray(raw.scopes) ? raw.scopes : DEFAULT_DYNAMIC_SCOPES;
+    if (typeof raw.default_scope === 'string') {
+      for (const value of new Set(raw.default_scope.split(' '))) {
+        if (value !== '' && !scopes.includes(value)) {
+          issues.push({ attribute: 'default_scope', message: `holds ${quote(value)}, which is not in scopes; add it to scopes or remove it here` });
+        }
+      }
+    }
+    return issues;
+  },
+);
