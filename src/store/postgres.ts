@@ -1,6 +1,7 @@
 import pg from 'pg';
 import type { ClientConfig, PoolClient, QueryResult, QueryResultRow } from 'pg';
 import type { StateConfig } from '../config/types.js';
+import { POSTGRES_TRANSACTION_LOCK } from './dialect.js';
 import type { Driver, Script, Step, Written } from './driver.js';
 import { migratePostgres, quoteIdentifier } from './migrations.js';
 import type { Statement } from './sql.js';
@@ -30,7 +31,7 @@ const UNAVAILABLE_SQLSTATES = ['08', '53', '57P', '58'];
  * judged by SQLSTATE class; anything else pg raises while running a query comes from its connection layer: plain
  * Errors (connection terminated, read timeout, client not queryable) and Node's network errors (errno).
  */
-export function isConnectionError(error: unknown): boolean {
+function isConnectionError(error: unknown): boolean {
   if (error instanceof pg.DatabaseError) return UNAVAILABLE_SQLSTATES.some((sqlstate) => error.code?.startsWith(sqlstate) === true);
   return error instanceof Error && (Object.getPrototypeOf(error) === Error.prototype || 'errno' in error);
 }
@@ -143,7 +144,7 @@ class PostgresDriver implements Driver {
         commitSent = false;
         await client.query('BEGIN');
         try {
-          if (alone) await client.query('SELECT pg_advisory_xact_lock($1)', [ALONE_LOCK]);
+          if (alone) await client.query(POSTGRES_TRANSACTION_LOCK, [ALONE_LOCK]);
           for (const step of steps) {
             if (!guardHolds(step, (await query(client, step.statement, step.values)).rowCount ?? 0)) {
               await client.query('ROLLBACK');

@@ -5,7 +5,7 @@
  */
 import Database from 'better-sqlite3';
 import pg from 'pg';
-import type { Dialect } from '../../src/store/dialect.js';
+import { sqliteStatement, type Dialect } from '../../src/store/dialect.js';
 import { MIGRATIONS, quoteIdentifier } from '../../src/store/migrations.js';
 import { GRANT_COLUMNS, grantFromRow, type GrantRow } from '../../src/store/rows.js';
 import type { Grant } from '../../src/store/types.js';
@@ -31,7 +31,7 @@ export function sqliteInspector(file: string): StoreInspector {
   };
   return {
     grant: async (grantId) => read((db) => {
-      const row = db.prepare(GRANT_BY_ID.replace('$1', '?')).get(grantId) as GrantRow | undefined;
+      const row = db.prepare(sqliteStatement(GRANT_BY_ID).text).get(grantId) as GrantRow | undefined;
       return row === undefined ? undefined : grantFromRow(row);
     }),
     rows: async (table) => read((db) => (db.prepare(`SELECT count(*) AS n FROM ${table}`).get() as { n: number }).n),
