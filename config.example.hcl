@@ -26,6 +26,26 @@ tls {
   # key_file  = "tls/key.pem"
 }
 
+# Reverse proxies whose X-Forwarded-For and X-Forwarded-Proto are believed (addresses or CIDRs),
+# in every tls mode. Default: none, so behind a proxy (mode "proxy") list it here, or every
+# request seems to come from the proxy.
+# trusted_proxies = ["127.0.0.1", "10.0.0.0/8"]
+
+# Attempt limits; the values shown are the defaults. Failed requests count per address and per
+# client per address, per minute; wrong passwords and user codes per 15 minutes.
+# limits {
+#   client_failures    = 300   # failed requests per client per address
+#   address_failures   = 300   # failed requests per address
+#   login_failures     = 10    # wrong passwords per user per address: then 429
+#   login_failures_any = 100   # wrong passwords per user from all addresses: then slowed
+#   user_code_failures = 20    # wrong device user codes per address
+# }
+
+# Prometheus text at GET /metrics, on its own listener (never on the main one). Default: off.
+# metrics {
+#   listen = "127.0.0.1:9464"
+# }
+
 # Where keys, grants, refresh tokens and sessions live. Without this block everything is kept
 # in memory and lost on restart. Give exactly one of:
 #   path = SQLite database file (its folder is created when missing);
@@ -81,6 +101,13 @@ client "webapp" {
 
   # Scopes the client may ask for. Default ["openid", "profile", "email"].
   scopes = ["openid", "profile", "email", "ssh"]
+
+  # Optional:
+  # display_name              = "Demo web app"                # on sign-in pages; default the client_id
+  # post_logout_redirect_uris = ["http://127.0.0.1:9000/"]    # exact URIs /logout may send back to
+  # id_token_signing_alg      = "ES256"                       # default "RS256"
+  # refresh_reuse_grace       = "10s"                         # a rotated refresh token stays usable
+  #                                                           # this long (default "0s", at most "60s")
 }
 
 # A device client (RFC 8628, e.g. a TV): always public, no secret_file, no redirect_uris.
@@ -89,3 +116,20 @@ client "tv" {
   audience         = ["https://api.example.org/"]
   refresh_lifetime = "720h"
 }
+
+# A resource server that may ask POST /introspect about tokens addressed to it (HTTP Basic, the
+# label as user name). The label must be an audience entry that can be named as resource.
+# resource_server "https://api.example.org/" {
+#   secret_file = "secrets/api.secret"
+# }
+
+# Clients that are not in this file: MCP hosts and native apps (see DESIGN.md §9).
+# dynamic_clients {
+#   audience           = ["https://mcp.example.org/mcp"]  # required: what their tokens may be for
+#   metadata_documents = true        # client_id may be an https URL of a metadata document
+#   registration       = "open"      # "off" (default), "open", or "token" with token_file
+#   # token_file       = "secrets/registration"
+#   scopes             = ["openid", "profile", "mcp"]      # default ["openid", "profile", "email"]
+#   default_scope      = "mcp"       # for a request without scope; default none (refused)
+#   refresh_lifetime   = "720h"      # default none: no refresh tokens
+# }

@@ -1,7 +1,7 @@
 import { requestableReason, type UnrequestableReason } from '../policy/requestable.js';
 import { formatDuration } from './duration.js';
 import { formatProblem } from './problems.js';
-import type { ClientKind, Config, ConfigProblem, StateConfig, TlsMode } from './types.js';
+import type { ClientKind, Config, ConfigProblem, DynamicClientsConfig, LimitsConfig, StateConfig, TlsMode } from './types.js';
 
 /** What `pinpoint check` tells about a config (DESIGN.md §2); holds no secret and no password hash. */
 export interface CheckReport {
@@ -14,7 +14,29 @@ export interface CheckReport {
   readonly tls?: { readonly mode: TlsMode; readonly certFile?: string; readonly keyFile?: string };
   readonly signIn?: { readonly users: number; readonly federations: readonly FederationFacts[] };
   readonly state?: StateFacts;
+  /** Addresses and CIDRs whose X-Forwarded-* headers are believed; empty: none. */
+  readonly trustedProxies?: readonly string[];
+  readonly limits?: LimitsConfig;
+  /** The metrics listener ("host:port"); absent: no metrics listener. */
+  readonly metrics?: { readonly listen: string };
+  /** Labels only: a resource server's secret is never shown. */
+  readonly resourceServers?: readonly { readonly label: string }[];
+  readonly dynamicClients?: DynamicClientFacts;
   readonly clients?: readonly ClientFacts[];
+}
+
+/** The dynamic_clients block without its registration token. */
+export interface DynamicClientFacts {
+  readonly audience: readonly AudienceFacts[];
+  readonly registration: DynamicClientsConfig['registration'];
+  readonly metadataDocuments: boolean;
+  readonly scopes: readonly string[];
+  readonly defaultScope?: string;
+  readonly refreshLifetime?: string;
+  readonly refreshLifetimeMs?: number;
+  readonly refreshReuseGrace: string;
+  readonly refreshReuseGraceMs: number;
+  readonly allowPrivateAddresses: boolean;
 }
 
 export interface FederationFacts {
@@ -58,6 +80,12 @@ export interface ClientFacts {
   readonly refreshLifetime?: string;
   readonly refreshLifetimeMs?: number;
   readonly scopes: readonly string[];
+  readonly displayName?: string;
+  readonly postLogoutRedirectUris: readonly string[];
+  readonly idTokenSigningAlg: 'RS256' | 'ES256';
+  /** Go-style, "0s" when rotated refresh tokens may not be presented again. */
+  readonly refreshReuseGrace: string;
+  readonly refreshReuseGraceMs: number;
 }
 
 /** The facts of a valid config. */
@@ -68,13 +96,18 @@ export function describeConfig(config: Config, warnings: readonly string[]): Che
     problems: [],
     warnings,
     issuer: config.baseUrl,
-    listen: config.listen.host.includes(':') ? `[${config.listen.host}]:${config.listen.port}` : `${config.listen.host}:${config.listen.port}`,
+    listen: formatListen(config.listen),
     tls: config.tls,
     signIn: {
       users: config.users.size,
       federations: [...config.federations.values()].map(({ name, issuer, scopes }) => ({ name, issuer, scopes })),
     },
     state: describeState(config.state),
+    trustedProxies: config.trustedProxies,
+    limits: config.limits,
+    ...(config.metrics && { metrics: { listen: formatListen(config.metrics.listen) } }),
+    resourceServers: [...config.resourceServers.values()].map(({ label }) => ({ label })),
+    ...(config.dynamicClients && { dynamicClients: describeDynamicClients(config.dynamicClients) }),
     clients: [...config.clients.values()].map((client) => ({
       clientId: client.clientId,
       kind: client.kind,
@@ -85,8 +118,34 @@ export function describeConfig(config: Config, warnings: readonly string[]): Che
         refreshLifetimeMs: client.refreshLifetimeMs,
       }),
       scopes: client.scopes,
+      ...(client.displayName !== undefined && { displayName: client.displayName }),
+      postLogoutRedirectUris: client.postLogoutRedirectUris,
+      idTokenSigningAlg: client.idTokenSigningAlg,
+      refreshReuseGrace: formatDuration(client.refreshReuseGraceMs),
+      refreshReuseGraceMs: client.refreshReuseGraceMs,
     })),
   };
+}
+
+function describeDynamicClients(dynamic: DynamicClientsConfig): DynamicClientFacts {
+  return {
+    audience: dynamic.audience.map(describeAudienceEntry),
+    registration: dynamic.registration,
+    metadataDocuments: dynamic.metadataDocuments,
+    scopes: dynamic.scopes,
+    ...(dynamic.defaultScope !== undefined && { defaultScope: dynamic.defaultScope.join(' ') }),
+    ...(dynamic.refreshLifetimeMs !== undefined && {
+      refreshLifetime: formatDuration(dynamic.refreshLifetimeMs),
+      refreshLifetimeMs: dynamic.refreshLifetimeMs,
+    }),
+    refreshReuseGrace: formatDuration(dynamic.refreshReuseGraceMs),
+    refreshReuseGraceMs: dynamic.refreshReuseGraceMs,
+    allowPrivateAddresses: dynamic.allowPrivateAddresses,
+  };
+}
+
+function formatListen({ host, port }: Config['listen']): string {
+  return host.includes(':') ? `[${host}]:${port}` : `${host}:${port}`;
 }
 
 /** The report of a config that did not load: its problems and warnings only. */
@@ -131,6 +190,9 @@ export function renderReport(report: CheckReport): string {
     ['tls', describeTls(report)],
     ['sign-in', describeSignIn(report)],
     ['persistence', report.state ? describeStateLine(report.state) : ''],
+    ['trusted proxies', report.trustedProxies?.length ? report.trustedProxies.join(' ') : '(none: forwarded headers are ignored)'],
+    ['metrics', report.metrics ? `${report.metrics.listen} (GET /metrics)` : '(off)'],
+    ['limits', report.limits ? describeLimits(report.limits) : ''],
   ];
   lines.push(...table(facts));
   for (const federation of report.signIn?.federations ?? []) {
@@ -138,21 +200,61 @@ export function renderReport(report: CheckReport): string {
     lines.push(`  federation ${JSON.stringify(federation.name)}  ${federation.issuer}  scopes ${federation.scopes.join(' ')}${probe}`);
   }
 
+  if (report.resourceServers?.length) {
+    lines.push('', 'resource servers (may call /introspect)');
+    for (const server of report.resourceServers) lines.push(`  ${server.label}`);
+  }
+
+  const dynamic = report.dynamicClients;
+  if (dynamic) {
+    lines.push('', 'dynamic clients');
+    const rows: [string, string][] = [
+      ['registration', describeRegistration(dynamic.registration)],
+      ['metadata documents', dynamic.metadataDocuments ? 'on (client_id may be an https URL)' : 'off'],
+      ['scopes', dynamic.scopes.length > 0 ? dynamic.scopes.join(' ') : '(none)'],
+      ['default scope', dynamic.defaultScope ?? '(none: a request without scope is refused)'],
+      ['refresh lifetime', dynamic.refreshLifetime ?? '(no refresh tokens)'],
+    ];
+    if (dynamic.refreshReuseGraceMs > 0) rows.push(['refresh reuse grace', dynamic.refreshReuseGrace]);
+    if (dynamic.allowPrivateAddresses) rows.push(['private addresses', 'allowed (tests only)']);
+    lines.push(...table(rows).map((line) => `  ${line}`));
+    lines.push(...audienceTable(dynamic.audience));
+  }
+
   for (const client of report.clients ?? []) {
     lines.push('', `client ${JSON.stringify(client.clientId)} (${client.kind})`);
-    lines.push(
-      ...table([
-        ['redirect URIs', client.redirectUris.length > 0 ? client.redirectUris.join(' ') : '(none)'],
-        ['refresh lifetime', client.refreshLifetime ?? '(no refresh tokens)'],
-        ['scopes', client.scopes.length > 0 ? client.scopes.join(' ') : '(none)'],
-      ]).map((line) => `  ${line}`),
-    );
-    const rows: [string, string][] = [['audience', 'requestable']];
-    for (const entry of client.audience) rows.push([`  ${entry.value}`, entry.requestable ? 'yes' : `no (${entry.reason})`]);
+    const rows: [string, string][] = [];
+    if (client.displayName !== undefined) rows.push(['display name', client.displayName]);
+    rows.push(['redirect URIs', client.redirectUris.length > 0 ? client.redirectUris.join(' ') : '(none)']);
+    if (client.postLogoutRedirectUris.length > 0) rows.push(['post-logout URIs', client.postLogoutRedirectUris.join(' ')]);
+    rows.push(['refresh lifetime', client.refreshLifetime ?? '(no refresh tokens)']);
+    if (client.refreshReuseGraceMs > 0) rows.push(['refresh reuse grace', client.refreshReuseGrace]);
+    if (client.idTokenSigningAlg !== 'RS256') rows.push(['ID token alg', client.idTokenSigningAlg]);
+    rows.push(['scopes', client.scopes.length > 0 ? client.scopes.join(' ') : '(none)']);
     lines.push(...table(rows).map((line) => `  ${line}`));
+    lines.push(...audienceTable(client.audience));
   }
   appendWarnings(lines, report.warnings);
   return `${lines.join('\n')}\n`;
+}
+
+/** An audience with the requestable column (DESIGN.md §2), indented under its client. */
+function audienceTable(audience: readonly AudienceFacts[]): string[] {
+  const rows: [string, string][] = [['audience', 'requestable']];
+  for (const entry of audience) rows.push([`  ${entry.value}`, entry.requestable ? 'yes' : `no (${entry.reason})`]);
+  return table(rows).map((line) => `  ${line}`);
+}
+
+function describeLimits(limits: LimitsConfig): string {
+  const perMinute = `client_failures ${limits.clientFailures}, address_failures ${limits.addressFailures} per minute`;
+  const perWindow = `login_failures ${limits.loginFailures}, login_failures_any ${limits.loginFailuresAny}, user_code_failures ${limits.userCodeFailures} per 15 minutes`;
+  return `${perMinute}; ${perWindow}`;
+}
+
+function describeRegistration(registration: DynamicClientsConfig['registration']): string {
+  if (registration === 'open') return 'open (POST /register, anyone)';
+  if (registration === 'token') return 'token (POST /register with the initial access token from token_file)';
+  return 'off';
 }
 
 function describeTls(report: CheckReport): string {
