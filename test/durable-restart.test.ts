@@ -8,7 +8,7 @@ import { after, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import Database from 'better-sqlite3';
 import { createLocalJWKSet, jwtVerify, type JSONWebKeySet } from 'jose';
-import { digestOf } from '../src/tokens/mint.js';
+import { digestOf } from '../src/crypto/digest.js';
 import { claimsOf } from './helpers/app.js';
 import {
   API,
