@@ -17,6 +17,7 @@ import {
   signInForCode,
   testApp,
   type TestApp,
+  resumeAuthorization,
 } from './helpers/app.js';
 
 const API = AUDIENCE[0] as string;
@@ -341,7 +342,8 @@ describe('/authorize by POST (form-encoded, OpenID Connect Core §3.1.2.1)', () 
     assertSentToSignIn(start);
     const signedIn = await submitLogin(t.app, start, PASSWORD);
     assert.equal(signedIn.response.statusCode, 303, signedIn.response.body);
-    const location = new URL(String(signedIn.response.headers.location));
+    const resumed = await resumeAuthorization(t.app, signedIn.response, signedIn.cookies);
+    const location = new URL(String(resumed.response.headers.location));
     const code = location.searchParams.get('code') as string;
     const exchanged = await exchangeCode(t.app, { code, verifier });
     assert.equal(exchanged.statusCode, 200, exchanged.body);
@@ -430,7 +432,9 @@ describe('sign-in and session', () => {
 
     const right = await resubmit(t.app, wrong.response, wrong.cookies, PASSWORD);
     assert.equal(right.statusCode, 303, right.body);
-    const location = new URL(String(right.headers.location));
+    assert.match(String(right.headers.location), /^\/authorize\/resume\?login=/, 'sign-in sends the browser back to /authorize/resume');
+    const resumed = await resumeAuthorization(t.app, right, cookieJar(wrong.cookies, right));
+    const location = new URL(String(resumed.response.headers.location));
     assert.equal(`${location.origin}${location.pathname}`, REDIRECT);
     assert.ok(location.searchParams.get('code'));
     assert.equal(location.searchParams.get('state'), 'st-42');
@@ -467,9 +471,37 @@ describe('sign-in and session', () => {
     const start = await authorize(t.app, requestPairs());
     const first = await submitLogin(t.app, start, PASSWORD);
     assert.equal(first.response.statusCode, 303);
+    const resumeUrl = String(first.response.headers.location);
+    const resumed = await resumeAuthorization(t.app, first.response, first.cookies);
+    assert.ok(new URL(String(resumed.response.headers.location)).searchParams.get('code'));
     const again = await resubmit(t.app, first.page, first.cookies, PASSWORD);
     assert.equal(again.statusCode, 400);
     assert.equal(again.headers.location, undefined);
+    const resumedAgain = await t.app.inject({ url: resumeUrl, headers: { cookie: resumed.cookies } });
+    assert.equal(resumedAgain.statusCode, 400, 'the login request is taken once');
+    assert.equal(resumedAgain.headers.location, undefined);
+  });
+
+  test('/authorize/resume continues only in the browser that started the request, and only once signed in', async () => {
+    const start = await authorize(t.app, requestPairs());
+    const signedIn = await submitLogin(t.app, start, PASSWORD);
+    const resumeUrl = String(signedIn.response.headers.location);
+    // Another browser (no CSRF cookie of the one that started it), even with a session of its own.
+    const other = await signInForCode(t.app);
+    const session = /pinpoint_session=[^;]+/.exec(other.cookies)?.[0] ?? '';
+    const elsewhere = await t.app.inject({ url: resumeUrl, headers: { cookie: session } });
+    assert.equal(elsewhere.statusCode, 400);
+    assert.equal(elsewhere.headers.location, undefined);
+    // The browser that started it, without its session: sent back to sign in, the request kept.
+    const csrfOnly = /pinpoint_csrf=[^;]+/.exec(signedIn.cookies)?.[0] ?? '';
+    const notSignedIn = await t.app.inject({ url: resumeUrl, headers: { cookie: csrfOnly } });
+    assert.equal(notSignedIn.statusCode, 303);
+    assert.match(String(notSignedIn.headers.location), /^\/login\?login=/);
+    // And with it: the code.
+    const resumed = await resumeAuthorization(t.app, signedIn.response, signedIn.cookies);
+    assert.ok(new URL(String(resumed.response.headers.location)).searchParams.get('code'));
+    // A forged or unknown login id: the error page.
+    assert.equal((await t.app.inject({ url: '/authorize/resume?login=AAAAAAAAAAAAAAAAAAAAAAAA', headers: { cookie: signedIn.cookies } })).statusCode, 400);
   });
 
   test('the session cookie is HttpOnly and SameSite=Lax (and not Secure on a loopback http issuer)', async () => {

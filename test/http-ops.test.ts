@@ -25,6 +25,7 @@ import {
   testApp,
   testConfig,
   type TestApp,
+  resumeAuthorization,
 } from './helpers/app.js';
 
 const API = AUDIENCE[0] as string;
@@ -372,7 +373,9 @@ describe('base_url with a path (http://127.0.0.1:8080/auth)', () => {
     assert.equal(signedIn.statusCode, 303, signedIn.body);
     const session = [signedIn.headers['set-cookie']].flat().find((line) => String(line).startsWith('pinpoint_session='));
     assert.ok(String(session).includes(`Path=${BASE}`), String(session));
-    const location = new URL(String(signedIn.headers.location));
+    assert.match(String(signedIn.headers.location), new RegExp(`^${BASE}/authorize/resume\\?login=`));
+    const resumed = await resumeAuthorization(t.app, signedIn, cookieJar(cookies, signedIn));
+    const location = new URL(String(resumed.response.headers.location));
     assert.equal(location.searchParams.get('iss'), ISSUER_WITH_PATH);
     assert.equal(location.searchParams.get('state'), 'st-path');
     const code = location.searchParams.get('code') as string;
@@ -411,6 +414,7 @@ describe('base_url with a path (http://127.0.0.1:8080/auth)', () => {
           ['response_type', 'code'],
           ['client_id', 'webapp'],
           ['redirect_uri', REDIRECT],
+          ['scope', 'openid'],
           ['code_challenge', pkce().challenge],
           ['code_challenge_method', 'S256'],
         ],
@@ -431,6 +435,7 @@ describe('base_url with a path (http://127.0.0.1:8080/auth)', () => {
           ['redirect_uri', REDIRECT],
           ['code_challenge', pkce().challenge],
           ['code_challenge_method', 'S256'],
+          ['scope', 'openid'],
           ['resource', 'billing'],
         ],
         BASE,
@@ -484,9 +489,10 @@ describe('logs hold no secret (DESIGN.md §7)', () => {
           ]),
         });
       assert.equal((await submit(wrongPassword)).statusCode, 401);
-      const signedIn = await submit(PASSWORD);
-      assert.equal(signedIn.statusCode, 303);
-      cookies = cookieJar(cookies, signedIn);
+      const submitted = await submit(PASSWORD);
+      assert.equal(submitted.statusCode, 303);
+      cookies = cookieJar(cookies, submitted);
+      const { response: signedIn } = await resumeAuthorization(t.app, submitted, cookies);
       const sessionValue = /pinpoint_session=([^;]+)/.exec(cookies)?.[1];
       assert.ok(sessionValue);
       secrets.session = sessionValue;

@@ -156,6 +156,7 @@ describe('openid-client v6 against a listening Pinpoint', () => {
     assert.equal(tokens.scope, 'read');
     assert.deepEqual(decodeJwt(tokens.access_token).aud, AUDIENCE);
     const wrong = await client.discovery(new URL(issuer), 'service', 'not-the-secret', undefined, { execute: [client.allowInsecureRequests] });
-    await assert.rejects(client.clientCredentialsGrant(wrong, { scope: 'read' }), (error: unknown) => (error as { error?: string }).error === 'invalid_client');
+    // 401 with a Basic challenge (RFC 6749 §5.2), which openid-client reports as a WWW-Authenticate challenge error.
+    await assert.rejects(client.clientCredentialsGrant(wrong, { scope: 'read' }), (error: unknown) => (error as { status?: number }).status === 401);
   });
 });

@@ -6,7 +6,7 @@
  * the client it was issued to, in an otherwise valid request.
  */
 import { OAuthError, invalidGrant } from './oauth-error.js';
-import { decideResourceParameter, decideTokenAudience, isNameable, type Audience, type Decision } from './resource.js';
+import { decideResourceParameter, decideTokenAudience, isNameable, providerScopeOf, type Audience, type Decision } from './resource.js';
 import { decideRefreshScope, decideRequestedScope } from './scope.js';
 
 /** What the policy needs to know of a client (a configured ClientRecord fits). */
@@ -109,7 +109,7 @@ export function decideCodeExchange(input: {
   if (state.code.codeChallenge !== input.verifierChallenge) return refuse(invalidGrant('code_verifier does not match the code_challenge'));
   // RFC 6749 §4.1.2: a replayed code revokes what it issued, once its own client has proven itself.
   if (state.status === 'used') return refuse(badCode(), state.code.grantId);
-  const grant = narrowGrant(state.grant, client, input.subjectExists);
+  const grant = narrowGrant(state.grant, client, input.issuer, input.subjectExists);
   if (!grant.ok) return grant;
   return fromDecision(
     decideTokenAudience({
@@ -144,10 +144,12 @@ export function checkRefreshRequest(
  * client may no longer have are dropped (so an `aud` never names a server the client's audience no longer holds);
  * a grant that named resources and has none left is refused, so narrowing never widens it.
  */
-export function narrowGrant<G extends GrantBounds>(grant: G, client: PolicyClient, subjectExists: boolean): TokenDecision<G> {
+export function narrowGrant<G extends GrantBounds>(grant: G, client: PolicyClient, issuer: string, subjectExists: boolean): TokenDecision<G> {
   if (!subjectExists) return refuse(invalidGrant('the person this grant was made for is no longer known'));
   const scope = grant.scope.filter((value) => client.scopes.includes(value));
-  const resources = grant.resources.filter((resource) => isNameable(client, resource));
+  // The issuer stays nameable while a provider scope does (DESIGN.md §5 provider scopes).
+  const providerScoped = providerScopeOf(scope) !== undefined;
+  const resources = grant.resources.filter((resource) => isNameable(client, resource) || (providerScoped && resource === issuer));
   if (grant.resources.length > 0 && resources.length === 0) {
     return refuse(invalidGrant('none of the resources of this grant may still be asked for by this client'));
   }
@@ -171,7 +173,7 @@ export function decideRefresh(input: {
   if (state.status === 'unknown') return refuse(badRefreshToken());
   if (state.status === 'rotated') return refuse(badRefreshToken(), state.clientId === client.clientId ? state.grantId : undefined);
   if (state.grant.clientId !== client.clientId) return refuse(badRefreshToken());
-  const grant = narrowGrant(state.grant, client, input.subjectExists);
+  const grant = narrowGrant(state.grant, client, input.issuer, input.subjectExists);
   if (!grant.ok) return grant;
   const scope = decideRefreshScope(input.requestedScope, grant.value.scope);
   if (!scope.ok) return scope;
