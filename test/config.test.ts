@@ -1,6 +1,6 @@
 /** loadConfig on real files: every rule of DESIGN.md §3, and every message naming file, line and block. */
 import assert from 'node:assert/strict';
-import { chmod, mkdir, mkdtemp, writeFile } from 'node:fs/promises';
+import { chmod, mkdir, mkdtemp, readFile, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { describe, test } from 'node:test';
@@ -91,7 +91,16 @@ describe('a valid configuration', () => {
     assert.deepEqual(client.audience, ['https://api.example.org/']);
     assert.deepEqual(client.scopes, ['openid', 'profile', 'email']);
     assert.equal(client.refreshLifetimeMs, undefined);
+    assert.equal(client.displayName, undefined);
+    assert.deepEqual(client.postLogoutRedirectUris, []);
+    assert.equal(client.idTokenSigningAlg, 'RS256');
+    assert.equal(client.refreshReuseGraceMs, 0);
     assert.equal(config.users.get('alice')?.passwordHash, HASH);
+    assert.deepEqual(config.trustedProxies, []);
+    assert.deepEqual(config.limits, { clientFailures: 300, addressFailures: 300, loginFailures: 10, loginFailuresAny: 100, userCodeFailures: 20 });
+    assert.equal(config.metrics, undefined);
+    assert.equal(config.resourceServers.size, 0);
+    assert.equal(config.dynamicClients, undefined);
   });
 
   test('without a state block, a warning says keys, grants and sessions die with the process', async () => {
@@ -630,5 +639,461 @@ tls {
     const numbers = error.problems.map((problem) => problem.line ?? 0);
     assert.deepEqual(numbers, [...numbers].sort((a, b) => a - b), 'in file order');
     assert.match(error.message, /refresh_lifetime "30 days"/);
+  });
+});
+
+describe('config.example.hcl, with its commented examples turned on', () => {
+  test('loads, and every example means what its comment says', async () => {
+    const example = await readFile(resolve('config.example.hcl'), 'utf8');
+    // Uncomment the new blocks, trusted_proxies and the client's optional attributes, one level deep.
+    let inBlock = false;
+    const uncommented = example
+      .split('\n')
+      .map((line) => {
+        if (/^# (limits|metrics|dynamic_clients) \{|^# resource_server "/.test(line)) inBlock = true;
+        const turnOn = inBlock || /^# trusted_proxies =|^ {2}# (display_name|post_logout_redirect_uris|id_token_signing_alg|refresh_reuse_grace) /.test(line);
+        if (line === '# }') inBlock = false;
+        return turnOn ? line.replace('# ', '') : line;
+      })
+      .join('\n')
+      .replace('path = "data/pinpoint.db"', 'path = "pinpoint.db"');
+    const { config } = await load(uncommented, {
+      'secrets/webapp.secret': { text: 'webapp-demo-secret\n' },
+      'secrets/api.secret': { text: 'api-secret\n' },
+    });
+    assert.deepEqual(config.trustedProxies, ['127.0.0.1', '10.0.0.0/8']);
+    assert.deepEqual(config.limits, { clientFailures: 300, addressFailures: 300, loginFailures: 10, loginFailuresAny: 100, userCodeFailures: 20 });
+    assert.deepEqual(config.metrics, { listen: { host: '127.0.0.1', port: 9464 } });
+    const webapp = config.clients.get('webapp');
+    assert.equal(webapp?.displayName, 'Demo web app');
+    assert.deepEqual(webapp?.postLogoutRedirectUris, ['http://127.0.0.1:9000/']);
+    assert.equal(webapp?.idTokenSigningAlg, 'ES256');
+    assert.equal(webapp?.refreshReuseGraceMs, 10_000);
+    assert.equal(config.resourceServers.get('https://api.example.org/')?.secret, 'api-secret');
+    assert.deepEqual(config.dynamicClients, {
+      audience: ['https://mcp.example.org/mcp'],
+      metadataDocuments: true,
+      registration: 'open',
+      scopes: ['openid', 'profile', 'mcp'],
+      defaultScope: ['mcp'],
+      refreshLifetimeMs: 720 * 3_600_000,
+      refreshReuseGraceMs: 0,
+      allowPrivateAddresses: false,
+    });
+  });
+});
+
+describe('trusted_proxies', () => {
+  test('takes IPv4 and IPv6 addresses and CIDRs, kept as written', async () => {
+    const entries = ['10.0.0.0/8', '192.0.2.7', '::1', '2001:db8::/32', '172.16.0.1/32', '::ffff:10.1.2.3'];
+    const { config } = await load(`trusted_proxies = ${JSON.stringify(entries)}\n${VALID}`);
+    assert.deepEqual(config.trustedProxies, entries);
+    assert.ok(Object.isFrozen(config.trustedProxies));
+  });
+
+  test('an entry that is not an address or CIDR is refused, naming it', async () => {
+    const { lines, file } = await problemsOf(
+      `${VALID}trusted_proxies = ["localhost", "10.0.0.0/33", "::1/129", "10.0.0.0/x", "10.0.0.0/8/8", "fe80::1%eth0", "256.1.1.1"]\n`,
+    );
+    assertProblem(lines, `${file}:10: trusted_proxies "localhost" is not an IP address or CIDR`, 'host names are not resolved');
+    assertProblem(lines, `${file}:10: trusted_proxies "10.0.0.0/33" has a prefix length that is not a number from 0 to 32`);
+    assertProblem(lines, `${file}:10: trusted_proxies "::1/129" has a prefix length that is not a number from 0 to 128`);
+    assertProblem(lines, `${file}:10: trusted_proxies "10.0.0.0/x" has a prefix length`);
+    assertProblem(lines, `${file}:10: trusted_proxies "10.0.0.0/8/8" is not an IP address or CIDR`);
+    assertProblem(lines, `${file}:10: trusted_proxies "fe80::1%eth0" has a zone index`);
+    assertProblem(lines, `${file}:10: trusted_proxies "256.1.1.1" is not an IP address or CIDR`);
+  });
+
+  test('must be a list of strings, without repeats', async () => {
+    const single = await problemsOf(`${VALID}trusted_proxies = "10.0.0.1"\n`);
+    assertProblem(single.lines, `${single.file}:10: trusted_proxies must be a list of addresses or CIDRs`);
+    const repeated = await problemsOf(`${VALID}trusted_proxies = ["::1", "::1"]\n`);
+    assertProblem(repeated.lines, `${repeated.file}:10: trusted_proxies lists "::1" more than once`);
+  });
+
+  test('tls mode "proxy" without trusted proxies gets a warning; with them, none', async () => {
+    const proxied = `${VALID}tls {\n  mode = "proxy"\n}\n`;
+    const { warnings, file } = await load(proxied);
+    assert.ok(
+      warnings.some((warning) => warning.startsWith(`${file}:11: tls: mode is "proxy" but trusted_proxies is empty: forwarded headers will be ignored`)),
+      warnings.join('\n'),
+    );
+    const { warnings: quiet } = await load(`trusted_proxies = ["127.0.0.1"]\n${proxied}`);
+    assert.ok(!quiet.some((warning) => warning.includes('trusted_proxies')), quiet.join('\n'));
+  });
+
+  test('an entry that trusts every address gets a warning', async () => {
+    const { warnings, file } = await load(`${VALID}trusted_proxies = ["0.0.0.0/0"]\n`);
+    assert.ok(warnings.some((warning) => warning.startsWith(`${file}:10: trusted_proxies entry "0.0.0.0/0" trusts every address`)), warnings.join('\n'));
+  });
+});
+
+describe('limits', () => {
+  test('sets every limit; the ones left out keep their defaults', async () => {
+    const all = await load(`${VALID}limits {
+  client_failures    = 1000
+  address_failures   = 2000
+  login_failures     = 3
+  login_failures_any = 50
+  user_code_failures = 5
+}
+`);
+    assert.deepEqual(all.config.limits, { clientFailures: 1000, addressFailures: 2000, loginFailures: 3, loginFailuresAny: 50, userCodeFailures: 5 });
+    assert.ok(Object.isFrozen(all.config.limits));
+    const some = await load(`${VALID}limits {\n  login_failures = 1000000\n}\n`);
+    assert.deepEqual(some.config.limits, { clientFailures: 300, addressFailures: 300, loginFailures: 1_000_000, loginFailuresAny: 100, userCodeFailures: 20 });
+  });
+
+  test('each limit is a whole number from 1 to 1000000, without quotes', async () => {
+    const { lines, file } = await problemsOf(`${VALID}limits {
+  client_failures    = 0
+  address_failures   = 1000001
+  login_failures     = 2.5
+  login_failures_any = "100"
+  user_code_failures = true
+}
+`);
+    assertProblem(lines, `${file}:11: limits: client_failures is 0; use a whole number from 1 to 1000000`);
+    assertProblem(lines, `${file}:12: limits: address_failures is 1000001; use a whole number from 1 to 1000000`);
+    assertProblem(lines, `${file}:13: limits: login_failures is 2.5; use a whole number`);
+    assertProblem(lines, `${file}:14: limits: login_failures_any must be a number without quotes`);
+    assertProblem(lines, `${file}:15: limits: user_code_failures must be a whole number`);
+    assert.equal(lines.length, 5, lines.join('\n'));
+  });
+
+  test('an unknown attribute is named with a suggestion; the block is written once', async () => {
+    const { lines, file } = await problemsOf(`${VALID}limits {\n  login_failure = 5\n}\nlimits {\n}\n`);
+    assertProblem(lines, `${file}:11: limits: unknown attribute "login_failure"; did you mean "login_failures"?`);
+    assertProblem(lines, `${file}:13: limits: appears more than once (first at line 10)`);
+    const far = await problemsOf(`${VALID}limits {\n  burst = 5\n}\n`);
+    assertProblem(far.lines, `${far.file}:11: limits: unknown attribute "burst"; known in limits: client_failures, address_failures`);
+  });
+});
+
+describe('metrics', () => {
+  test('listen is host:port on its own listener', async () => {
+    const { config } = await load(`${VALID}metrics {\n  listen = "[::1]:9464"\n}\n`);
+    assert.deepEqual(config.metrics, { listen: { host: '::1', port: 9464 } });
+    assert.ok(Object.isFrozen(config.metrics?.listen));
+  });
+
+  test('listen is required inside the block and must be host:port', async () => {
+    const missing = await problemsOf(`${VALID}metrics {\n}\n`);
+    assertProblem(missing.lines, `${missing.file}:10: metrics: listen is required; write e.g. listen = "127.0.0.1:9464"`);
+    const bad = await problemsOf(`${VALID}metrics {\n  listen = "9464"\n}\n`);
+    assertProblem(bad.lines, `${bad.file}:11: metrics: listen "9464" is not host:port; write e.g. "127.0.0.1:9464"`);
+    const unknown = await problemsOf(`${VALID}metrics {\n  listen = "127.0.0.1:9464"\n  path = "/metrics"\n}\n`);
+    assertProblem(unknown.lines, `${unknown.file}:12: metrics: unknown attribute "path"; known in metrics: listen`);
+  });
+
+  test('listen may not be the main listen address, the default one included', async () => {
+    const same = await problemsOf(`listen = "127.0.0.1:9000"\n${VALID}metrics {\n  listen = "127.0.0.1:9000"\n}\n`);
+    assertProblem(same.lines, `${same.file}:12: metrics: listen "127.0.0.1:9000" is the main listen address (127.0.0.1:9000)`);
+    const byDefault = await problemsOf(`${VALID}metrics {\n  listen = "127.0.0.1:8080"\n}\n`);
+    assertProblem(byDefault.lines, `${byDefault.file}:11: metrics: listen "127.0.0.1:8080" is the main listen address`);
+    const wildcard = await problemsOf(`listen = "0.0.0.0:8080"\n${VALID}metrics {\n  listen = "127.0.0.1:8080"\n}\n`);
+    assertProblem(wildcard.lines, `${wildcard.file}:12: metrics: listen "127.0.0.1:8080" is the main listen address (0.0.0.0:8080)`);
+    const { config } = await load(`${VALID}metrics {\n  listen = "127.0.0.1:8081"\n}\n`);
+    assert.equal(config.metrics?.listen.port, 8081);
+  });
+});
+
+describe('client attributes for logout, ID tokens and refresh reuse', () => {
+  const withAttributes = (attributes: string): string => VALID.replace('  audience', `${attributes}\n  audience`);
+
+  test('are read', async () => {
+    const { config } = await load(
+      withAttributes(`  display_name = "Web app"
+  post_logout_redirect_uris = ["https://app.example.org/", "https://app.example.org/bye"]
+  id_token_signing_alg = "ES256"
+  refresh_reuse_grace = "10s"
+  refresh_lifetime = "720h"`),
+    );
+    const client = config.clients.get('webapp');
+    assert.equal(client?.displayName, 'Web app');
+    assert.deepEqual(client?.postLogoutRedirectUris, ['https://app.example.org/', 'https://app.example.org/bye']);
+    assert.ok(Object.isFrozen(client?.postLogoutRedirectUris));
+    assert.equal(client?.idTokenSigningAlg, 'ES256');
+    assert.equal(client?.refreshReuseGraceMs, 10_000);
+  });
+
+  test('refresh_reuse_grace takes "0s" (none) up to "60s"', async () => {
+    for (const [written, milliseconds] of [['0s', 0], ['0', 0], ['500ms', 500], ['60s', 60_000], ['1m', 60_000]] as const) {
+      const { config } = await load(withAttributes(`  refresh_reuse_grace = "${written}"\n  refresh_lifetime = "1h"`));
+      assert.equal(config.clients.get('webapp')?.refreshReuseGraceMs, milliseconds, written);
+    }
+  });
+
+  test('refresh_reuse_grace over 60s, or not a duration, is refused', async () => {
+    const over = await problemsOf(withAttributes('  refresh_reuse_grace = "61s"'));
+    assertProblem(over.lines, `${over.file}:8: client "webapp": refresh_reuse_grace "61s" is longer than the most allowed, "60s"`);
+    const hour = await problemsOf(withAttributes('  refresh_reuse_grace = "1h"'));
+    assertProblem(hour.lines, `${hour.file}:8: client "webapp": refresh_reuse_grace "1h" is longer than the most allowed`);
+    const words = await problemsOf(withAttributes('  refresh_reuse_grace = "ten seconds"'));
+    assertProblem(words.lines, `${words.file}:8: client "webapp": refresh_reuse_grace "ten seconds" is not a duration; use e.g. 10s, or 0s for none`);
+    const number = await problemsOf(withAttributes('  refresh_reuse_grace = 10'));
+    assertProblem(number.lines, `${number.file}:8: client "webapp": refresh_reuse_grace must be a duration in quotes`);
+  });
+
+  test('a refresh_reuse_grace without refresh_lifetime gets a warning: there is nothing to reuse', async () => {
+    const { warnings, file } = await load(withAttributes('  refresh_reuse_grace = "5s"'));
+    assert.ok(warnings.some((warning) => warning.startsWith(`${file}:8: client "webapp": refresh_reuse_grace has no effect`)), warnings.join('\n'));
+  });
+
+  test('id_token_signing_alg is RS256 or ES256', async () => {
+    const { lines, file } = await problemsOf(withAttributes('  id_token_signing_alg = "RS265"'));
+    assertProblem(lines, `${file}:8: client "webapp": id_token_signing_alg is "RS265"; use one of "RS256", "ES256"`);
+    const lower = await problemsOf(withAttributes('  id_token_signing_alg = "es256"'));
+    assertProblem(lower.lines, `${lower.file}:8: client "webapp": id_token_signing_alg is "es256"; use one of "RS256", "ES256"`);
+  });
+
+  test('display_name is a non-empty string on one line', async () => {
+    const empty = await problemsOf(withAttributes('  display_name = ""'));
+    assertProblem(empty.lines, `${empty.file}:8: client "webapp": display_name must not be empty`);
+    const number = await problemsOf(withAttributes('  display_name = 42'));
+    assertProblem(number.lines, `${number.file}:8: client "webapp": display_name must be a string in quotes`);
+    const broken = await problemsOf(withAttributes('  display_name = "Web\\napp"'));
+    assertProblem(broken.lines, `${broken.file}:8: client "webapp": display_name must not contain control characters`);
+  });
+
+  test('post_logout_redirect_uris are absolute, without fragment, without repeats', async () => {
+    const { lines, file } = await problemsOf(withAttributes('  post_logout_redirect_uris = ["/bye", "https://app.example.org/#x", "https://a.example/", "https://a.example/"]'));
+    assertProblem(lines, `${file}:8: client "webapp": post_logout_redirect_uris "/bye" is not an absolute URI`);
+    assertProblem(lines, `${file}:8: client "webapp": post_logout_redirect_uris "https://app.example.org/#x" must not contain a fragment`);
+    assertProblem(lines, `${file}:8: client "webapp": post_logout_redirect_uris lists "https://a.example/" more than once`);
+    const single = await problemsOf(withAttributes('  post_logout_redirect_uris = "https://app.example.org/"'));
+    assertProblem(single.lines, `${single.file}:8: client "webapp": post_logout_redirect_uris must be a list of URIs`);
+  });
+
+  test('a device client may not have post_logout_redirect_uris (it has no browser)', async () => {
+    const { lines, file } = await problemsOf(`${VALID}client "tv" {
+  device = true
+  audience = ["https://api.example.org/"]
+  post_logout_redirect_uris = ["https://tv.example/"]
+}
+`);
+    assertProblem(lines, `${file}:13: client "tv": post_logout_redirect_uris is not allowed with device = true`);
+  });
+
+  test('loopback redirect URIs may leave out the port', async () => {
+    const uris = ['http://127.0.0.1/callback', 'http://[::1]/callback', 'http://localhost/callback', 'http://127.0.0.1:9000/callback'];
+    const { config } = await load(VALID.replace('["https://app.example.org/cb"]', JSON.stringify(uris)));
+    assert.deepEqual(config.clients.get('webapp')?.redirectUris, uris);
+  });
+
+  test('a misspelt new attribute gets a suggestion', async () => {
+    const { lines, file } = await problemsOf(withAttributes('  post_logout_redirect_uri = ["https://app.example.org/"]'));
+    assertProblem(lines, `${file}:8: client "webapp": unknown attribute "post_logout_redirect_uri"; did you mean "post_logout_redirect_uris"?`);
+  });
+});
+
+const API_SECRET: Record<string, FileSpec> = { ...DEFAULT_FILES, 'secrets/api': { text: 'api-secret\n' } };
+
+describe('resource_server', () => {
+  test('reads its secret like a client secret; the label is an audience entry of a client', async () => {
+    const { config } = await load(`${VALID}resource_server "https://api.example.org/" {\n  secret_file = "secrets/api"\n}\n`, API_SECRET);
+    assert.deepEqual(config.resourceServers.get('https://api.example.org/'), { label: 'https://api.example.org/', secret: 'api-secret' });
+    assert.ok(Object.isFrozen(config.resourceServers.get('https://api.example.org/')));
+    assert.throws(() => (config.resourceServers as Map<string, unknown>).set('x', {}));
+  });
+
+  test('a label from dynamic_clients.audience is accepted too', async () => {
+    const { config } = await load(
+      `${VALID}dynamic_clients {\n  audience = ["https://mcp.example.org/mcp"]\n  registration = "open"\n}\nresource_server "https://mcp.example.org/mcp" {\n  secret_file = "secrets/api"\n}\n`,
+      API_SECRET,
+    );
+    assert.equal(config.resourceServers.get('https://mcp.example.org/mcp')?.secret, 'api-secret');
+  });
+
+  test('a label that is no requestable audience entry is refused, saying why', async () => {
+    const { lines, file } = await problemsOf(
+      VALID.replace('["https://api.example.org/"]', '["https://api.example.org/", "billing", "https://docs.example.org/#v2"]') +
+        `resource_server "billing" {
+  secret_file = "secrets/api"
+}
+resource_server "https://docs.example.org/#v2" {
+  secret_file = "secrets/api"
+}
+resource_server "https://api.example.org" {
+  secret_file = "secrets/api"
+}
+resource_server "https://elsewhere.example.net/" {
+  secret_file = "secrets/api"
+}
+`,
+      API_SECRET,
+    );
+    assertProblem(lines, `${file}:10: resource_server "billing": the label must be an audience entry that can be named as resource`, 'it is a logical name');
+    assertProblem(lines, `${file}:13: resource_server "https://docs.example.org/#v2": the label must be an audience entry`, 'a URI with a fragment');
+    assertProblem(
+      lines,
+      `${file}:16: resource_server "https://api.example.org": the label is not in the audience of any client or of dynamic_clients`,
+      'did you mean "https://api.example.org/"?',
+    );
+    assertProblem(lines, `${file}:19: resource_server "https://elsewhere.example.net/": the label is not in the audience of any client`);
+    assert.equal(lines.length, 4, lines.join('\n'));
+  });
+
+  test('secret_file is required and follows the secret-file rules; unknown attributes are named', async () => {
+    const { lines, file } = await problemsOf(`${VALID}resource_server "https://api.example.org/" {\n  secret = "inline"\n}\n`);
+    assertProblem(lines, `${file}:10: resource_server "https://api.example.org/": secret_file is required`);
+    assertProblem(lines, `${file}:11: resource_server "https://api.example.org/": unknown attribute "secret"; known in resource_server: secret_file`);
+    const empty = await problemsOf(`${VALID}resource_server "https://api.example.org/" {\n  secret_file = "secrets/api"\n}\n`, {
+      ...DEFAULT_FILES,
+      'secrets/api': { text: '\n' },
+    });
+    assertProblem(empty.lines, `${empty.file}:11: resource_server "https://api.example.org/": secret_file "secrets/api" is empty`);
+    const { warnings, file: exposed } = await load(`${VALID}resource_server "https://api.example.org/" {\n  secret_file = "secrets/api"\n}\n`, {
+      ...DEFAULT_FILES,
+      'secrets/api': { text: 'api-secret', mode: 0o644 },
+    });
+    assert.ok(
+      warnings.some((warning) => warning.startsWith(`${exposed}:11: resource_server "https://api.example.org/": secret_file "secrets/api" is accessible by group or others`)),
+      warnings.join('\n'),
+    );
+  });
+
+  test('needs one label, given once, that is not also a client_id', async () => {
+    const lone = await problemsOf(`${VALID}resource_server {\n  secret_file = "secrets/api"\n}\n`, API_SECRET);
+    assertProblem(lone.lines, `${lone.file}:10: a resource_server block needs one label; write resource_server "https://api.example.org/" { ... }`);
+    const twice = await problemsOf(
+      `${VALID}resource_server "https://api.example.org/" {\n  secret_file = "secrets/api"\n}\nresource_server "https://api.example.org/" {\n  secret_file = "secrets/api"\n}\n`,
+      API_SECRET,
+    );
+    assertProblem(twice.lines, `${twice.file}:13: resource_server "https://api.example.org/": is defined more than once (first at line 10)`);
+    const clash = await problemsOf(
+      `${VALID}client "https://api.example.org/" {\n  secret_file = "secrets/webapp"\n  audience = ["https://api.example.org/"]\n}\nresource_server "https://api.example.org/" {\n  secret_file = "secrets/api"\n}\n`,
+      API_SECRET,
+    );
+    assertProblem(clash.lines, `${clash.file}:14: resource_server "https://api.example.org/": the label is also a client_id`);
+  });
+});
+
+describe('dynamic_clients', () => {
+  test('every attribute is read', async () => {
+    const { config } = await load(
+      `${VALID}dynamic_clients {
+  audience                = ["https://mcp.example.org/mcp", "billing"]
+  metadata_documents      = true
+  registration            = "token"
+  token_file              = "secrets/registration"
+  scopes                  = ["openid", "profile", "mcp"]
+  default_scope           = "openid mcp"
+  refresh_lifetime        = "720h"
+  refresh_reuse_grace     = "10s"
+  allow_private_addresses = true
+}
+`,
+      { ...DEFAULT_FILES, 'secrets/registration': { text: 'initial-access-token\n' } },
+    );
+    assert.deepEqual(config.dynamicClients, {
+      audience: ['https://mcp.example.org/mcp', 'billing'],
+      metadataDocuments: true,
+      registration: 'token',
+      registrationToken: 'initial-access-token',
+      scopes: ['openid', 'profile', 'mcp'],
+      defaultScope: ['openid', 'mcp'],
+      refreshLifetimeMs: 720 * 3_600_000,
+      refreshReuseGraceMs: 10_000,
+      allowPrivateAddresses: true,
+    });
+    assert.ok(Object.isFrozen(config.dynamicClients));
+    assert.ok(Object.isFrozen(config.dynamicClients?.defaultScope));
+  });
+
+  test('defaults: no registration, no metadata documents, openid profile email, no default scope, no refresh tokens', async () => {
+    const { config, warnings, file } = await load(`${VALID}dynamic_clients {\n  audience = ["https://mcp.example.org/mcp"]\n}\n`);
+    assert.deepEqual(config.dynamicClients, {
+      audience: ['https://mcp.example.org/mcp'],
+      metadataDocuments: false,
+      registration: 'off',
+      scopes: ['openid', 'profile', 'email'],
+      refreshReuseGraceMs: 0,
+      allowPrivateAddresses: false,
+    });
+    assert.ok(
+      warnings.some((warning) => warning.startsWith(`${file}:10: dynamic_clients: registration is "off" and metadata_documents is false, so no dynamic client can appear`)),
+      warnings.join('\n'),
+    );
+  });
+
+  test('metadata documents or registration on: no "cannot appear" warning; allow_private_addresses on: a warning', async () => {
+    const { warnings, file } = await load(`${VALID}dynamic_clients {\n  audience = ["x"]\n  metadata_documents = true\n  allow_private_addresses = true\n}\n`);
+    assert.ok(!warnings.some((warning) => warning.includes('no dynamic client can appear')), warnings.join('\n'));
+    assert.ok(warnings.some((warning) => warning.startsWith(`${file}:13: dynamic_clients: allow_private_addresses is true`) && warning.includes('tests only')), warnings.join('\n'));
+  });
+
+  test('audience is required and not empty', async () => {
+    const missing = await problemsOf(`${VALID}dynamic_clients {\n  registration = "open"\n}\n`);
+    assertProblem(missing.lines, `${missing.file}:10: dynamic_clients: audience is required; list the resource servers dynamic clients get tokens for`);
+    const empty = await problemsOf(`${VALID}dynamic_clients {\n  audience = []\n}\n`);
+    assertProblem(empty.lines, `${empty.file}:11: dynamic_clients: audience must list at least one entry`);
+  });
+
+  test('registration is off, open or token; token needs token_file, and only token takes it', async () => {
+    const typo = await problemsOf(`${VALID}dynamic_clients {\n  audience = ["x"]\n  registration = "opne"\n}\n`);
+    assertProblem(typo.lines, `${typo.file}:12: dynamic_clients: registration is "opne"; use one of "off", "open", "token"`);
+    const noFile = await problemsOf(`${VALID}dynamic_clients {\n  audience = ["x"]\n  registration = "token"\n}\n`);
+    assertProblem(noFile.lines, `${noFile.file}:10: dynamic_clients: token_file is required when registration = "token"`);
+    const stray = await problemsOf(`${VALID}dynamic_clients {\n  audience = ["x"]\n  registration = "open"\n  token_file = "secrets/webapp"\n}\n`);
+    assertProblem(stray.lines, `${stray.file}:13: dynamic_clients: token_file is only used when registration = "token" (registration is "open")`);
+  });
+
+  test('token_file follows the secret-file rules', async () => {
+    const block = `${VALID}dynamic_clients {\n  audience = ["x"]\n  registration = "token"\n  token_file = "secrets/registration"\n}\n`;
+    const missing = await problemsOf(block);
+    assertProblem(missing.lines, `${missing.file}:13: dynamic_clients: token_file "secrets/registration" does not exist`);
+    const { warnings, file } = await load(block, { ...DEFAULT_FILES, 'secrets/registration': { text: 'token', mode: 0o640 } });
+    assert.ok(warnings.some((warning) => warning.startsWith(`${file}:13: dynamic_clients: token_file "secrets/registration" is accessible by group or others`)), warnings.join('\n'));
+  });
+
+  test('default_scope is a scope string whose values are all in scopes', async () => {
+    const outside = await problemsOf(`${VALID}dynamic_clients {\n  audience = ["x"]\n  default_scope = "openid mcp"\n}\n`);
+    assertProblem(outside.lines, `${outside.file}:12: dynamic_clients: default_scope holds "mcp", which is not in scopes`);
+    assert.equal(outside.lines.length, 1, outside.lines.join('\n'));
+    const malformed = await problemsOf(`${VALID}dynamic_clients {\n  audience = ["x"]\n  default_scope = "openid  profile"\n}\n`);
+    assertProblem(malformed.lines, `${malformed.file}:12: dynamic_clients: default_scope "openid  profile" is not a scope string`);
+    const empty = await problemsOf(`${VALID}dynamic_clients {\n  audience = ["x"]\n  default_scope = ""\n}\n`);
+    assertProblem(empty.lines, `${empty.file}:12: dynamic_clients: default_scope "" is not a scope string`);
+    const list = await problemsOf(`${VALID}dynamic_clients {\n  audience = ["x"]\n  default_scope = ["openid"]\n}\n`);
+    assertProblem(list.lines, `${list.file}:12: dynamic_clients: default_scope must be a string in quotes, e.g. "openid mcp"`);
+    const twice = await problemsOf(`${VALID}dynamic_clients {\n  audience = ["x"]\n  default_scope = "openid openid"\n}\n`);
+    assertProblem(twice.lines, `${twice.file}:12: dynamic_clients: default_scope lists "openid" more than once`);
+  });
+
+  test('refresh_lifetime is a duration; refresh_reuse_grace at most 60s', async () => {
+    const { lines, file } = await problemsOf(`${VALID}dynamic_clients {
+  audience = ["x"]
+  refresh_lifetime = "a month"
+  refresh_reuse_grace = "2m"
+  metadata_documents = "yes"
+}
+`);
+    assertProblem(lines, `${file}:12: dynamic_clients: refresh_lifetime "a month" is not a duration`);
+    assertProblem(lines, `${file}:13: dynamic_clients: refresh_reuse_grace "2m" is longer than the most allowed, "60s"`);
+    assertProblem(lines, `${file}:14: dynamic_clients: metadata_documents must be true or false`);
+  });
+
+  test('an unknown attribute gets a suggestion; the block is written once', async () => {
+    const { lines, file } = await problemsOf(`${VALID}dynamic_clients {\n  audience = ["x"]\n  allow_private_adresses = true\n}\ndynamic_clients {\n  audience = ["y"]\n}\n`);
+    assertProblem(lines, `${file}:12: dynamic_clients: unknown attribute "allow_private_adresses"; did you mean "allow_private_addresses"?`);
+    assertProblem(lines, `${file}:14: dynamic_clients: appears more than once (first at line 10)`);
+    const labelled = await problemsOf(`${VALID}dynamic_clients "mcp" {\n  audience = ["x"]\n}\n`);
+    assertProblem(labelled.lines, `${labelled.file}:10: the dynamic_clients block takes no label`);
+  });
+
+  test('dynamic clients need a person: without a user or federation block the config is refused', async () => {
+    const { lines, file } = await problemsOf(`base_url = "https://auth.example.org"
+client "batch" {
+  secret_file = "secrets/webapp"
+  audience    = ["https://api.example.org/"]
+}
+dynamic_clients {
+  audience     = ["https://mcp.example.org/mcp"]
+  registration = "open"
+}
+`);
+    assertProblem(lines, `${file}:6: dynamic_clients: dynamic clients need a person to sign in, but there is no user or federation block`);
+    assert.equal(lines.length, 1, lines.join('\n'));
   });
 });
