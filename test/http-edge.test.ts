@@ -2,6 +2,7 @@
 import assert from 'node:assert/strict';
 import { connect } from 'node:net';
 import { after, before, describe, test } from 'node:test';
+import { STORE_KINDS } from './helpers/databases.js';
 import { authorizeUrl, basic, cookieJar, form, hiddenInput, pkce, postToken, REDIRECT, SECRET, testApp, type TestApp } from './helpers/app.js';
 
 /** Writes `bytes` on one keep-alive connection and collects everything until the server closes it; a reset rejects. */
@@ -85,12 +86,19 @@ describe('unknown paths', () => {
   });
 });
 
-describe('a NUL byte in any parameter is invalid_request (DESIGN.md §7)', () => {
+for (const kind of STORE_KINDS) describe(`a NUL byte in any parameter is invalid_request (DESIGN.md §7), ${kind.name} store`, { skip: kind.skip }, () => {
   let t: TestApp;
+  let cleanup: () => Promise<void>;
   before(async () => {
-    t = await testApp();
+    const opened = await kind.open();
+    cleanup = opened.cleanup;
+    t = await testApp({ store: opened.store });
   });
-  after(async () => t.app.close());
+  after(async () => {
+    await t.app.close();
+    await t.store.close();
+    await cleanup();
+  });
 
   const authorizePairs = (extra: [string, string][]): [string, string][] => [
     ['response_type', 'code'],

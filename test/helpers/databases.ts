@@ -1,0 +1,61 @@
+/** Stores of every kind for tests that must hold on each (DESIGN.md §6): memory, a SQLite file, a PostgreSQL database of their own. */
+import { randomBytes } from 'node:crypto';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import pg from 'pg';
+import { MemoryStore } from '../../src/store/memory.js';
+import { openStore } from '../../src/store/open.js';
+import type { Store } from '../../src/store/types.js';
+
+export const POSTGRES_URL = process.env['PINPOINT_TEST_POSTGRES_URL'];
+export const POSTGRES_SKIP_REASON = 'PINPOINT_TEST_POSTGRES_URL not set: set it (e.g. postgres://postgres@127.0.0.1:5432/test) to run this on PostgreSQL';
+
+async function admin<T>(work: (client: pg.Client) => Promise<T>): Promise<T> {
+  const client = new pg.Client({ connectionString: POSTGRES_URL });
+  await client.connect();
+  try {
+    return await work(client);
+  } finally {
+    await client.end();
+  }
+}
+
+/** A new PostgreSQL database for one test file; `drop` removes it. */
+export async function createPostgresDatabase(): Promise<{ url: string; drop: () => Promise<void> }> {
+  if (POSTGRES_URL === undefined) throw new Error(POSTGRES_SKIP_REASON);
+  const name = `pinpoint_test_${randomBytes(6).toString('hex')}`;
+  await admin((client) => client.query(`CREATE DATABASE ${name}`));
+  const url = new URL(POSTGRES_URL);
+  url.pathname = `/${name}`;
+  return { url: url.toString(), drop: () => admin(async (client) => void (await client.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`))) };
+}
+
+export interface StoreKind {
+  readonly name: 'memory' | 'sqlite' | 'postgres';
+  /** Why this kind cannot run here, if it cannot. */
+  readonly skip?: string;
+  /** A fresh, empty store; close it, then call `cleanup`. */
+  open(): Promise<{ store: Store; cleanup: () => Promise<void> }>;
+}
+
+export const STORE_KINDS: readonly StoreKind[] = [
+  { name: 'memory', open: async () => ({ store: new MemoryStore(), cleanup: async () => undefined }) },
+  {
+    name: 'sqlite',
+    open: async () => {
+      const folder = await mkdtemp(join(tmpdir(), 'pinpoint-store-'));
+      const store = await openStore({ kind: 'sqlite', path: join(folder, 'pinpoint.db') });
+      return { store, cleanup: () => rm(folder, { recursive: true, force: true }) };
+    },
+  },
+  {
+    name: 'postgres',
+    ...(POSTGRES_URL === undefined && { skip: POSTGRES_SKIP_REASON }),
+    open: async () => {
+      const database = await createPostgresDatabase();
+      const store = await openStore({ kind: 'postgres', url: database.url, schema: 'public' });
+      return { store, cleanup: database.drop };
+    },
+  },
+];
