@@ -11,14 +11,22 @@ export interface StoredKey {
   /** Private JWK as JSON text. */
   readonly privateJwk: string;
   readonly createdAt: number;
+  /** Set by `pinpoint keys retire`: no longer published, and tokens it signed no longer verify. */
+  readonly retiredAt?: number;
 }
 
 export interface KeyStore {
   /**
-   * Returns the stored keys; when none is stored yet, stores `candidates` and returns them.
+   * Returns the stored keys (retired ones included); when none is stored yet, stores `candidates` and returns them.
    * Safe when several instances start at once: all of them end up with the same keys.
    */
   loadOrCreateKeys(candidates: readonly StoredKey[]): Promise<StoredKey[]>;
+  /** Every stored key, retired ones included, oldest first (then by kid). */
+  listKeys(): Promise<StoredKey[]>;
+  /** Adds new keys (a rotation) in one transaction. */
+  addKeys(keys: readonly StoredKey[]): Promise<void>;
+  /** Marks the key retired at `now`; false when no such key or it was already retired. */
+  retireKey(kid: string, now: number): Promise<boolean>;
 }
 
 /** Identity claims remembered from sign-in (local user or upstream). */
@@ -47,8 +55,36 @@ export interface Grant {
 }
 
 export interface GrantStore {
-  /** Deletes the grant with its codes and refresh tokens (RFC 9700 §4.14.2 reuse, code replay). */
+  /** Deletes the grant with its codes and refresh tokens (RFC 9700 §4.14.2 reuse, code replay, /revoke). */
   revokeGrant(grantId: string): Promise<void>;
+  /** The grant while it lives (not revoked, unexpired at `now`): one lookup by primary key (/introspect). */
+  findGrant(grantId: string, now: number): Promise<Grant | undefined>;
+}
+
+/** Which grants an operator means (`pinpoint grants ... --user U --client C`); both absent: every grant. */
+export interface GrantFilter {
+  readonly subject?: string;
+  readonly clientId?: string;
+}
+
+export interface GrantSummary {
+  readonly grant: Grant;
+  /** When its newest refresh token was issued; absent when it never got one. */
+  readonly lastRefreshAt?: number;
+}
+
+/** What `pinpoint grants` reads and changes. */
+export interface GrantAdminStore {
+  /** Live grants (unexpired at `now`) matching `filter`, oldest first. */
+  listGrants(filter: GrantFilter, now: number): Promise<GrantSummary[]>;
+  /** Revokes every grant matching `filter` (as revokeGrant); the number revoked. */
+  revokeGrants(filter: GrantFilter): Promise<number>;
+}
+
+/** Access tokens without a grant (client_credentials) revoked at /revoke, kept until they would have expired. */
+export interface RevokedTokenStore {
+  revokeAccessToken(jti: string, expiresAt: number): Promise<void>;
+  isAccessTokenRevoked(jti: string, now: number): Promise<boolean>;
 }
 
 export interface AuthorizationCodeRecord {
@@ -76,10 +112,11 @@ export interface AuthorizationCodeStore {
    */
   findCode(digest: string, now: number): Promise<CodeLookup>;
   /**
-   * One transaction: marks the code used and, when given, adds the grant's first refresh token (as
-   * addRefreshToken); false, and nothing written, when another request used the code first.
+   * One transaction: marks the code used, keeps its grant until at least `grantUntil` (the access token's expiry,
+   * so introspection finds the grant while its tokens live) and, when given, adds the grant's first refresh token
+   * (extending the grant as a rotation does); false, and nothing written, when another request used the code first.
    */
-  consumeCode(digest: string, now: number, firstRefresh?: RefreshTokenRecord): Promise<boolean>;
+  consumeCode(digest: string, now: number, grantUntil: number, firstRefresh?: RefreshTokenRecord): Promise<boolean>;
 }
 
 export interface RefreshTokenRecord {
@@ -159,6 +196,8 @@ export interface SessionStore {
   createSession(session: SessionRecord): Promise<void>;
   findSession(digest: string, now: number): Promise<SessionRecord | undefined>;
   deleteSession(digest: string): Promise<void>;
+  /** Ends every session of `subject` (`pinpoint grants revoke --user`); the number ended. */
+  deleteSessionsOf(subject: string): Promise<number>;
 }
 
 /** A validated /authorize request kept on the server while the person signs in (DESIGN.md §4). */
@@ -240,6 +279,8 @@ export interface AttemptStore {
 export interface Store
   extends KeyStore,
     GrantStore,
+    GrantAdminStore,
+    RevokedTokenStore,
     AuthorizationCodeStore,
     RefreshTokenStore,
     DeviceCodeStore,
