@@ -71,6 +71,10 @@ describe('pinpoint check', () => {
     assert.match(stdout, /refresh lifetime\s+720h/);
     assert.match(stdout, /scopes\s+openid profile email ssh/);
     assert.match(stdout, /redirect URIs\s+http:\/\/127\.0\.0\.1:9000\/callback/);
+    assert.match(stdout, /^trusted proxies\s+\(none: forwarded headers are ignored\)$/m);
+    assert.match(stdout, /^metrics\s+\(off\)$/m);
+    assert.match(stdout, /^limits\s+client_failures 300, address_failures 300 per minute; login_failures 10, login_failures_any 100, user_code_failures 20 per 15 minutes$/m);
+    assert.doesNotMatch(stdout, /resource servers|dynamic clients|ID token alg|refresh reuse grace|post-logout URIs/, 'sections and rows for what is not set stay out');
   });
 
   test('--json prints one document with the same facts', async () => {
@@ -103,6 +107,149 @@ describe('pinpoint check', () => {
     assert.deepEqual(webapp.scopes, ['openid', 'profile', 'email', 'ssh']);
     assert.deepEqual(tv.audience, [{ value: 'https://api.example.org/', requestable: true }]);
     assert.deepEqual(tv.redirectUris, []);
+    assert.deepEqual(report.trustedProxies, []);
+    assert.deepEqual(report.limits, { clientFailures: 300, addressFailures: 300, loginFailures: 10, loginFailuresAny: 100, userCodeFailures: 20 });
+    assert.equal(report.metrics, undefined);
+    assert.deepEqual(report.resourceServers, []);
+    assert.equal(report.dynamicClients, undefined);
+    assert.equal(webapp.idTokenSigningAlg, 'RS256');
+    assert.deepEqual(webapp.postLogoutRedirectUris, []);
+    assert.equal(webapp.refreshReuseGrace, '0s');
+    assert.equal(webapp.refreshReuseGraceMs, 0);
+  });
+
+  describe('the blocks of DESIGN.md §3 "more attributes and blocks"', () => {
+    const config = `base_url = "https://auth.example.org"
+trusted_proxies = ["10.0.0.0/8", "::1"]
+tls {
+  mode = "proxy"
+}
+limits {
+  login_failures = 3
+}
+metrics {
+  listen = "127.0.0.1:9464"
+}
+user "alice" {
+  password_hash = "PASSWORD_HASH"
+}
+client "webapp" {
+  secret_file               = "secrets/webapp"
+  display_name              = "Web app"
+  redirect_uris             = ["http://127.0.0.1/callback"]
+  post_logout_redirect_uris = ["https://app.example.org/", "https://app.example.org/bye"]
+  audience                  = ["https://api.example.org/", "billing"]
+  id_token_signing_alg      = "ES256"
+  refresh_lifetime          = "720h"
+  refresh_reuse_grace       = "10s"
+}
+resource_server "https://api.example.org/" {
+  secret_file = "secrets/api"
+}
+resource_server "https://mcp.example.org/mcp" {
+  secret_file = "secrets/api"
+}
+dynamic_clients {
+  audience            = ["https://mcp.example.org/mcp", "https://mcp.example.org/#tools"]
+  metadata_documents  = true
+  registration        = "token"
+  token_file          = "secrets/registration"
+  scopes              = ["openid", "profile", "mcp"]
+  default_scope       = "mcp"
+  refresh_lifetime    = "24h"
+  refresh_reuse_grace = "5s"
+}
+`;
+    const secrets = ['webapp-client-secret', 'resource-server-secret', 'initial-access-token'];
+    let file = '';
+
+    async function runs(): Promise<{ human: Run; json: Run }> {
+      if (!file) {
+        const hash = await hashPassword('wonderland', { N: 2 ** 14, r: 8, p: 1 });
+        const folder = await folderWith({
+          'secrets/webapp': `${secrets[0]}\n`,
+          'secrets/api': `${secrets[1]}\n`,
+          'secrets/registration': `${secrets[2]}\n`,
+          'config.hcl': config.replace('PASSWORD_HASH', hash),
+        });
+        file = join(folder, 'config.hcl');
+      }
+      const [human, json] = await Promise.all([run(['check', '--config', file]), run(['check', '--config', file, '--json'])]);
+      return { human, json };
+    }
+
+    test('text: trusted proxies, limits, metrics, resource servers, dynamic clients and the new client rows; no secret', async () => {
+      const { human } = await runs();
+      assert.equal(human.code, 0, human.stdout + human.stderr);
+      const out = human.stdout;
+      assert.match(out, /^trusted proxies\s+10\.0\.0\.0\/8 ::1$/m);
+      assert.match(out, /^metrics\s+127\.0\.0\.1:9464 \(GET \/metrics\)$/m);
+      assert.match(out, /^limits\s+client_failures 300, address_failures 300 per minute; login_failures 3, login_failures_any 100, user_code_failures 20 per 15 minutes$/m);
+      assert.match(out, /^resource servers \(may call \/introspect\)\n {2}https:\/\/api\.example\.org\/\n {2}https:\/\/mcp\.example\.org\/mcp$/m);
+      const dynamic = out.slice(out.indexOf('\ndynamic clients\n'), out.indexOf('\nclient "webapp"'));
+      assert.ok(dynamic.length > 0, out);
+      assert.match(dynamic, /^ {2}registration\s+token \(POST \/register with the initial access token from token_file\)$/m);
+      assert.match(dynamic, /^ {2}metadata documents\s+on/m);
+      assert.match(dynamic, /^ {2}scopes\s+openid profile mcp$/m);
+      assert.match(dynamic, /^ {2}default scope\s+mcp$/m);
+      assert.match(dynamic, /^ {2}refresh lifetime\s+24h$/m);
+      assert.match(dynamic, /^ {2}refresh reuse grace\s+5s$/m);
+      assert.match(dynamic, /^ {2}audience\s+requestable$/m);
+      assert.match(audienceRow(dynamic, 'https://mcp.example.org/mcp') ?? '', /\syes$/);
+      assert.match(audienceRow(dynamic, 'https://mcp.example.org/#tools') ?? '', /\sno \(contains a fragment\)$/);
+      const webapp = out.slice(out.indexOf('\nclient "webapp"'));
+      assert.match(webapp, /^ {2}display name\s+Web app$/m);
+      assert.match(webapp, /^ {2}post-logout URIs\s+https:\/\/app\.example\.org\/ https:\/\/app\.example\.org\/bye$/m);
+      assert.match(webapp, /^ {2}refresh reuse grace\s+10s$/m);
+      assert.match(webapp, /^ {2}ID token alg\s+ES256$/m);
+      assert.match(webapp, /^ {2}redirect URIs\s+http:\/\/127\.0\.0\.1\/callback$/m);
+      for (const secret of secrets) assert.ok(!(human.stdout + human.stderr).includes(secret), `output shows ${secret}`);
+    });
+
+    test('--json: the same facts, labels only for resource servers, no registration token', async () => {
+      const { json } = await runs();
+      assert.equal(json.code, 0, json.stdout + json.stderr);
+      for (const secret of secrets) assert.ok(!(json.stdout + json.stderr).includes(secret), `output shows ${secret}`);
+      const report = JSON.parse(json.stdout);
+      assert.deepEqual(report.trustedProxies, ['10.0.0.0/8', '::1']);
+      assert.deepEqual(report.limits, { clientFailures: 300, addressFailures: 300, loginFailures: 3, loginFailuresAny: 100, userCodeFailures: 20 });
+      assert.deepEqual(report.metrics, { listen: '127.0.0.1:9464' });
+      assert.deepEqual(report.resourceServers, [{ label: 'https://api.example.org/' }, { label: 'https://mcp.example.org/mcp' }]);
+      assert.deepEqual(report.dynamicClients, {
+        audience: [
+          { value: 'https://mcp.example.org/mcp', requestable: true },
+          { value: 'https://mcp.example.org/#tools', requestable: false, reason: 'contains a fragment' },
+        ],
+        registration: 'token',
+        metadataDocuments: true,
+        scopes: ['openid', 'profile', 'mcp'],
+        defaultScope: 'mcp',
+        refreshLifetime: '24h',
+        refreshLifetimeMs: 24 * 3_600_000,
+        refreshReuseGrace: '5s',
+        refreshReuseGraceMs: 5000,
+        allowPrivateAddresses: false,
+      });
+      const [webapp] = report.clients;
+      assert.equal(webapp.displayName, 'Web app');
+      assert.deepEqual(webapp.postLogoutRedirectUris, ['https://app.example.org/', 'https://app.example.org/bye']);
+      assert.equal(webapp.idTokenSigningAlg, 'ES256');
+      assert.equal(webapp.refreshReuseGrace, '10s');
+      assert.equal(webapp.refreshReuseGraceMs, 10_000);
+    });
+
+    test('tls mode "proxy" without trusted_proxies is valid, with a warning about forwarded headers', async () => {
+      const folder = await folderWith({
+        'config.hcl': `base_url = "https://auth.example.org"\ntls {\n  mode = "proxy"\n}\nclient "batch" {\n  secret_file = "secrets/batch"\n  audience = ["x"]\n}\n`,
+        'secrets/batch': 'batch-secret',
+      });
+      const human = await run(['check', '--config', join(folder, 'config.hcl')]);
+      assert.equal(human.code, 0, human.stdout + human.stderr);
+      assert.match(human.stdout, /tls: mode is "proxy" but trusted_proxies is empty: forwarded headers will be ignored/);
+      assert.match(human.stdout, /^trusted proxies\s+\(none: forwarded headers are ignored\)$/m);
+      const json = JSON.parse((await run(['check', '--config', join(folder, 'config.hcl'), '--json'])).stdout);
+      assert.ok(json.warnings.some((warning: string) => warning.includes('forwarded headers will be ignored')), json.warnings.join('\n'));
+    });
   });
 
   test('never prints a secret, a password hash or a database password', async () => {
