@@ -8,7 +8,7 @@ import { createHash, randomBytes } from 'node:crypto';
 import { mkdir, mkdtemp, rm, stat } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
-import { after, before, describe, it, test } from 'node:test';
+import { after, afterEach, before, describe, it, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import Database from 'better-sqlite3';
 import pg from 'pg';
@@ -218,8 +218,9 @@ function storeSuite(name: string, backend: () => Backend): void {
       await store.createGrantWithCode(grant, code);
       return { store, now, grant, code };
     };
-    after(async () => {
-      for (const store of opened) await store.close();
+    // Each test's stores close when it ends, so a PostgreSQL run holds a few pools at a time, not one per test.
+    afterEach(async () => {
+      for (const store of opened.splice(0)) await store.close();
     });
 
     it('creates the keys once and returns the stored ones afterwards', async () => {
