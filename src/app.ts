@@ -19,11 +19,13 @@ import { loginRoutes } from './login/routes.js';
 import { authorizeRoutes } from './oauth/authorize.js';
 import { deviceAuthorizationRoutes } from './oauth/device-authorization.js';
 import { healthRoutes } from './oauth/health.js';
+import { introspectionRoutes } from './oauth/introspect.js';
 import { logoutRoutes } from './oauth/logout.js';
+import { revocationRoutes } from './oauth/revoke.js';
 import { metadataRoutes, wellKnownAtRoot } from './oauth/metadata.js';
 import { tokenRoutes } from './oauth/token.js';
 import { userinfoRoutes } from './oauth/userinfo.js';
-import type { SigningKeys } from './crypto/keys.js';
+import type { KeyRing, SigningKeys } from './crypto/keys.js';
 import type { Store } from './store/types.js';
 
 import { bounded, createLogger } from './log.js';
@@ -40,7 +42,7 @@ declare module 'fastify' {
 export interface BuildAppOptions {
   readonly config: Config;
   readonly store: Store;
-  readonly keys: SigningKeys;
+  readonly keys: SigningKeys | KeyRing;
   readonly logger?: Logger;
   readonly now?: () => number;
   readonly limits?: Partial<AppLimits>;
@@ -140,6 +142,8 @@ export async function buildApp(options: BuildAppOptions): Promise<{ app: Fastify
       await scoped.register(devicePageRoutes(ctx, store));
       await scoped.register(federationRoutes(ctx, store));
       await scoped.register(logoutRoutes(ctx, store));
+      await scoped.register(revocationRoutes(ctx, store));
+      await scoped.register(introspectionRoutes(ctx, store));
     },
     { prefix: ctx.config.basePath },
   );

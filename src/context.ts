@@ -1,6 +1,6 @@
 /** What every route needs, built once at start and passed down (no globals). State is passed separately, narrowed per route. */
 import type { Config } from './config/types.js';
-import type { SigningKeys } from './crypto/keys.js';
+import { KEY_TIMING, type KeyRing, type SigningKeys } from './crypto/keys.js';
 import { cookieSettingsFor, type CookieSettings } from './http/cookies.js';
 import { createMetrics, type Metrics } from './http/metrics.js';
 import { FixedWindowLimiter } from './http/rate-limit.js';
@@ -36,7 +36,10 @@ export const DEFAULT_LIMITS: AppLimits = {
 
 export interface AppContext {
   readonly config: Config;
+  /** The keys in use now (a KeyRing swaps them when keys are rotated or retired). */
   readonly keys: SigningKeys;
+  /** How long JWKS caches may keep /jwks (fits the key timing: a new key is published before it signs). */
+  readonly jwksMaxAgeSeconds: number;
   readonly issuer: string;
   readonly now: () => number;
   readonly limits: AppLimits;
@@ -54,7 +57,7 @@ export interface AppContext {
 
 export function makeContext(
   config: Config,
-  keys: SigningKeys,
+  keys: SigningKeys | KeyRing,
   options: { now?: () => number; limits?: Partial<AppLimits>; metrics?: Metrics } = {},
 ): AppContext {
   // The config's `limits` block, then what a test asks for (windows, small numbers).
@@ -69,9 +72,14 @@ export function makeContext(
   const [only, ...others] = [...config.federations.keys()];
   // With no local users and exactly one upstream, a page offering one button is skipped.
   const skipToUpstream = config.users.size === 0 && only !== undefined && others.length === 0;
+  const ring = 'current' in keys ? keys : undefined;
+  const fixed = 'current' in keys ? undefined : keys;
   return {
     config,
-    keys,
+    get keys(): SigningKeys {
+      return ring?.current ?? (fixed as SigningKeys);
+    },
+    jwksMaxAgeSeconds: ring?.jwksMaxAgeSeconds ?? KEY_TIMING.jwksMaxAgeSeconds,
     issuer: config.baseUrl,
     now: options.now ?? Date.now,
     limits,

@@ -6,7 +6,7 @@ import { createMetrics, serveMetrics } from './http/metrics.js';
 import { createLogger } from './log.js';
 import { VERSION } from './version.js';
 import { openStore } from './store/open.js';
-import { loadSigningKeys } from './crypto/keys.js';
+import { KeyRing } from './crypto/keys.js';
 
 /** How often expired state is swept (DESIGN.md §6). */
 const SWEEP_INTERVAL_MS = 60_000;
@@ -21,7 +21,8 @@ export async function serve(config: Config, warnings: readonly string[]): Promis
     const cause = (error as Error).cause instanceof Error ? `: ${((error as Error).cause as Error).message}` : '';
     throw new Error(`cannot open the state store (${describeState(config)})${cause}`);
   });
-  const keys = await loadSigningKeys(store);
+  const keys = await KeyRing.open(store);
+  keys.start((error) => logger.warn({ err: { message: (error as Error).message } }, 'signing keys could not be re-read; the keys in use stay'));
   const https =
     config.tls.mode === 'terminate' && config.tls.certFile !== undefined && config.tls.keyFile !== undefined
       ? { cert: await readFile(config.tls.certFile), key: await readFile(config.tls.keyFile) }
@@ -42,6 +43,7 @@ export async function serve(config: Config, warnings: readonly string[]): Promis
     stopping = true;
     logger.info({ signal }, 'stopping: finishing in-flight requests');
     clearInterval(sweep);
+    keys.stop();
     // app.close() stops accepting and waits for in-flight requests; then the store can go.
     app
       .close()
@@ -69,7 +71,7 @@ export async function serve(config: Config, warnings: readonly string[]): Promis
       listen: `${config.listen.host}:${config.listen.port}`,
       state: store.description,
       tls: config.tls.mode,
-      keys: keys.jwks.keys.map((key) => key.kid),
+      keys: keys.current.jwks.keys.map((key) => key.kid),
       ...(config.metrics !== undefined && { metrics: `${config.metrics.listen.host}:${config.metrics.listen.port}` }),
     },
     'pinpoint is serving',

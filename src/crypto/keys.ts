@@ -1,8 +1,13 @@
-/** Signing keys: ES256 for access tokens, RS256 for ID tokens (the OIDC default every RP accepts). */
+/**
+ * Signing keys: ES256 for access tokens, RS256 for ID tokens (the OIDC default every RP accepts). Keys live in the
+ * store so every instance signs with the same ones; each instance re-reads them on a timer, so a rotation or a
+ * retirement made by `pinpoint keys` reaches every instance within KEY_TIMING.reloadMs, without a restart.
+ */
 import { calculateJwkThumbprint, exportJWK, generateKeyPair, importJWK, type JWK } from 'jose';
 import type { KeyStore, StoredKey } from '../store/types.js';
 
 export type SigningAlgorithm = 'ES256' | 'RS256';
+export const SIGNING_ALGORITHMS: readonly SigningAlgorithm[] = ['ES256', 'RS256'];
 
 export interface SigningKey {
   readonly kid: string;
@@ -16,44 +21,156 @@ export interface SigningKey {
 export interface SigningKeys {
   readonly accessToken: SigningKey;
   readonly idToken: SigningKey;
-  /** Every stored key by kid, for verification. */
+  /** Every published (not retired) key by kid, for verification. */
   readonly byKid: ReadonlyMap<string, SigningKey>;
   readonly jwks: { readonly keys: readonly JWK[] };
 }
 
-/** JWK members that are private (RFC 7518 §6.2.2, §6.3.2). */
-const PRIVATE_MEMBERS = new Set(['d', 'p', 'q', 'dp', 'dq', 'qi', 'oth']);
+/**
+ * How keys move between instances. A new key is published at once (at the next reload) but signs only `leadMs`
+ * after its creation, by when every instance and every JWKS cache (max-age jwksMaxAgeSeconds) has it: resource
+ * servers never meet a kid they cannot find. Published within reloadMs, signing within leadMs + reloadMs (45 s).
+ */
+export interface KeyTiming {
+  readonly reloadMs: number;
+  readonly leadMs: number;
+  readonly jwksMaxAgeSeconds: number;
+}
 
-async function makeStoredKey(alg: SigningAlgorithm, now: number): Promise<StoredKey> {
+export const KEY_TIMING: KeyTiming = { reloadMs: 15_000, leadMs: 30_000, jwksMaxAgeSeconds: 15 };
+
+export type KeyState = 'signing' | 'published' | 'retired';
+
+/**
+ * The state of each stored key at `now` (DESIGN.md §2 `keys list`): per algorithm, the newest key created at least
+ * `leadMs` ago signs (or the oldest live one, when every live key is newer: the first start); other live keys are
+ * published; retired keys are neither.
+ */
+export function keyStates(stored: readonly StoredKey[], now: number, leadMs: number): Map<string, KeyState> {
+  const states = new Map<string, KeyState>();
+  for (const alg of SIGNING_ALGORITHMS) {
+    const live = stored.filter((key) => key.alg === alg && key.retiredAt === undefined).sort((a, b) => a.createdAt - b.createdAt || (a.kid < b.kid ? -1 : 1));
+    const ready = live.filter((key) => key.createdAt <= now - leadMs);
+    const signing = ready.at(-1) ?? live[0];
+    for (const key of live) states.set(key.kid, key === signing ? 'signing' : 'published');
+  }
+  for (const key of stored) if (key.retiredAt !== undefined) states.set(key.kid, 'retired');
+  return states;
+}
+
+/** A fresh key pair of `alg`, as the store keeps it (kid: the JWK thumbprint, RFC 7638). */
+export async function newStoredKey(alg: SigningAlgorithm, now: number): Promise<StoredKey> {
   const { privateKey } = await generateKeyPair(alg, { extractable: true, modulusLength: 2048 });
   const jwk = await exportJWK(privateKey);
   const kid = await calculateJwkThumbprint(jwk);
   return { kid, alg, privateJwk: JSON.stringify({ ...jwk, kid, alg }), createdAt: now };
 }
 
+/** JWK members that are private (RFC 7518 §6.2.2, §6.3.2). */
+const PRIVATE_MEMBERS = new Set(['d', 'p', 'q', 'dp', 'dq', 'qi', 'oth', 'key_ops', 'ext']);
+
 async function importStoredKey(stored: StoredKey): Promise<SigningKey> {
   const jwk = JSON.parse(stored.privateJwk) as JWK;
-  const publicMembers = Object.fromEntries(Object.entries(jwk).filter(([name]) => !PRIVATE_MEMBERS.has(name) && name !== 'key_ops' && name !== 'ext'));
+  const publicMembers = Object.fromEntries(Object.entries(jwk).filter(([name]) => !PRIVATE_MEMBERS.has(name)));
   const publicJwk: JWK = { ...publicMembers, kid: stored.kid, alg: stored.alg, use: 'sig' };
   const privateKey = (await importJWK(jwk, stored.alg)) as CryptoKey;
   const publicKey = (await importJWK(publicJwk, stored.alg)) as CryptoKey;
   return { kid: stored.kid, alg: stored.alg, privateKey, publicKey, publicJwk };
 }
 
-/** Loads the keys from the store, creating them on the first start (the first instance's keys win). */
+/** The keys an instance uses now, re-read from the store on a timer; `current` is swapped whole, never mutated. */
+export class KeyRing {
+  #current: SigningKeys;
+  readonly #imported = new Map<string, SigningKey>();
+  #timer: NodeJS.Timeout | undefined;
+
+  private constructor(
+    private readonly store: KeyStore,
+    private readonly timing: KeyTiming,
+    private readonly clock: () => number,
+    current: SigningKeys,
+  ) {
+    this.#current = current;
+  }
+
+  /** Loads the keys, creating them on the first start (the first instance's keys win). */
+  static async open(store: KeyStore, options: { timing?: KeyTiming; now?: () => number } = {}): Promise<KeyRing> {
+    const clock = options.now ?? Date.now;
+    const timing = options.timing ?? KEY_TIMING;
+    const now = clock();
+    const candidates = await Promise.all(SIGNING_ALGORITHMS.map((alg) => newStoredKey(alg, now)));
+    const stored = await store.loadOrCreateKeys(candidates);
+    const ring = new KeyRing(store, timing, clock, undefined as unknown as SigningKeys);
+    ring.#current = await ring.#build(stored, now);
+    return ring;
+  }
+
+  get current(): SigningKeys {
+    return this.#current;
+  }
+
+  get jwksMaxAgeSeconds(): number {
+    return this.timing.jwksMaxAgeSeconds;
+  }
+
+  /** Re-reads the keys; on a store failure the keys in use stay (the next reload tries again). */
+  async reload(): Promise<void> {
+    const now = this.clock();
+    this.#current = await this.#build(await this.store.listKeys(), now);
+  }
+
+  /** Reloads every timing.reloadMs until stop(); `onError` hears failed reloads. */
+  start(onError: (error: unknown) => void): void {
+    this.#timer = setInterval(() => void this.reload().catch(onError), this.timing.reloadMs);
+    this.#timer.unref();
+  }
+
+  stop(): void {
+    clearInterval(this.#timer);
+  }
+
+  async #build(stored: readonly StoredKey[], now: number): Promise<SigningKeys> {
+    const states = keyStates(stored, now, this.timing.leadMs);
+    const live = stored.filter((key) => states.get(key.kid) !== 'retired');
+    const keys = await Promise.all(
+      live.map(async (key) => {
+        let imported = this.#imported.get(key.kid);
+        if (imported === undefined) this.#imported.set(key.kid, (imported = await importStoredKey(key)));
+        return imported;
+      }),
+    );
+    const signing = (alg: SigningAlgorithm): SigningKey => {
+      const key = keys.find((candidate) => candidate.alg === alg && states.get(candidate.kid) === 'signing');
+      if (key === undefined) throw new Error(`no ${alg} signing key in the store`);
+      return key;
+    };
+    return {
+      accessToken: signing('ES256'),
+      idToken: signing('RS256'),
+      byKid: new Map(keys.map((key) => [key.kid, key])),
+      jwks: { keys: keys.map((key) => key.publicJwk) },
+    };
+  }
+}
+
+/** Loads the keys once (tests and tools that need no reloading). */
 export async function loadSigningKeys(store: KeyStore, now = Date.now()): Promise<SigningKeys> {
-  const candidates = [await makeStoredKey('ES256', now), await makeStoredKey('RS256', now)];
-  const stored = await store.loadOrCreateKeys(candidates);
-  const all = await Promise.all(stored.map(importStoredKey));
-  const newest = (alg: SigningAlgorithm): SigningKey => {
-    const index = stored.reduce((best, key, i) => (key.alg === alg && (best === -1 || key.createdAt > (stored[best] as StoredKey).createdAt) ? i : best), -1);
-    if (index === -1) throw new Error(`no ${alg} signing key in the store`);
-    return all[index] as SigningKey;
-  };
-  return {
-    accessToken: newest('ES256'),
-    idToken: newest('RS256'),
-    byKid: new Map(all.map((key) => [key.kid, key])),
-    jwks: { keys: all.map((key) => key.publicJwk) },
-  };
+  return (await KeyRing.open(store, { now: () => now })).current;
+}
+
+/** `pinpoint keys rotate`: a new key per algorithm, published at once and signing after the lead time. */
+export async function rotateKeys(store: KeyStore, now: number): Promise<StoredKey[]> {
+  const keys = await Promise.all(SIGNING_ALGORITHMS.map((alg) => newStoredKey(alg, now)));
+  await store.addKeys(keys);
+  return keys;
+}
+
+/** `pinpoint keys retire KID`: refused for a key that signs or does not exist (DESIGN.md §2). */
+export async function retireKey(store: KeyStore, kid: string, now: number, leadMs = KEY_TIMING.leadMs): Promise<{ ok: true } | { ok: false; reason: string }> {
+  const stored = await store.listKeys();
+  const state = keyStates(stored, now, leadMs).get(kid);
+  if (state === undefined) return { ok: false, reason: `there is no key ${kid}` };
+  if (state === 'retired') return { ok: false, reason: `key ${kid} is already retired` };
+  if (state === 'signing') return { ok: false, reason: `key ${kid} signs new tokens; rotate first, then retire it once the new key signs` };
+  return (await store.retireKey(kid, now)) ? { ok: true } : { ok: false, reason: `key ${kid} could not be retired (retired meanwhile?)` };
 }

@@ -1,6 +1,6 @@
 /** Client authentication (RFC 6749 §2.3): client_secret_basic or client_secret_post for confidential clients, client_id for public ones. */
 import { timingSafeEqual } from 'node:crypto';
-import type { ClientRecord } from '../config/types.js';
+import type { ClientRecord, ResourceServerRecord } from '../config/types.js';
 import { invalidClient, invalidRequest } from '../policy/oauth-error.js';
 import { single, type Params } from '../http/params.js';
 import { sha256 } from '../crypto/digest.js';
@@ -43,18 +43,38 @@ export function readClientCredentials(authorization: string | undefined, params:
   };
 }
 
-/** SHA-256 of each configured secret, computed once per client rather than per request. */
-const secretDigests = new WeakMap<ClientRecord, Buffer>();
+/** SHA-256 of each configured secret (client or resource server), computed once rather than per request. */
+const secretDigests = new WeakMap<object, Buffer>();
 
 /** Compares digests so the comparison takes the same time whatever the lengths. */
-function secretMatches(client: ClientRecord, presented: string): boolean {
-  if (client.secret === undefined) return false;
-  let expected = secretDigests.get(client);
+function secretMatches(holder: { readonly secret?: string }, presented: string): boolean {
+  if (holder.secret === undefined) return false;
+  let expected = secretDigests.get(holder);
   if (expected === undefined) {
-    expected = sha256(client.secret);
-    secretDigests.set(client, expected);
+    expected = sha256(holder.secret);
+    secretDigests.set(holder, expected);
   }
   return timingSafeEqual(sha256(presented), expected);
+}
+
+/** Who may call /introspect (DESIGN.md §8): a resource server by its label, or a confidential client. */
+export type IntrospectionCaller = { readonly kind: 'resource_server'; readonly label: string } | { readonly kind: 'client'; readonly client: ClientRecord };
+
+/** A resource server authenticates with HTTP Basic, its label as the user name; anyone else as at /token, confidential only. */
+export function authenticateIntrospectionCaller(
+  presented: PresentedCredentials,
+  clients: ReadonlyMap<string, ClientRecord>,
+  resourceServers: ReadonlyMap<string, ResourceServerRecord>,
+): IntrospectionCaller {
+  const server = presented.basic === undefined ? undefined : resourceServers.get(presented.basic.id);
+  if (server !== undefined && presented.basic !== undefined) {
+    if (presented.bodySecret !== undefined) throw invalidRequest('send the client secret either with HTTP Basic or in the body, not both');
+    if (!secretMatches(server, presented.basic.secret)) throw invalidClient('client authentication failed');
+    return { kind: 'resource_server', label: server.label };
+  }
+  const client = authenticateClient(presented, clients);
+  if (client.kind !== 'confidential') throw invalidClient('only resource servers and confidential clients may introspect tokens');
+  return { kind: 'client', client };
 }
 
 /** The authenticated client, or throws invalid_client (401 with WWW-Authenticate); both methods at once is invalid_request (DESIGN.md §4). */

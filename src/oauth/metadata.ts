@@ -19,6 +19,10 @@ export function serverMetadata(ctx: AppContext): Record<string, unknown> {
     userinfo_endpoint: `${issuer}/userinfo`,
     jwks_uri: `${issuer}/jwks`,
     end_session_endpoint: `${issuer}/logout`,
+    revocation_endpoint: `${issuer}/revoke`,
+    introspection_endpoint: `${issuer}/introspect`,
+    revocation_endpoint_auth_methods_supported: ['client_secret_basic', 'client_secret_post', 'none'],
+    introspection_endpoint_auth_methods_supported: ['client_secret_basic', 'client_secret_post', 'none'],
     scopes_supported: [...scopes],
     response_types_supported: ['code'],
     response_modes_supported: ['query'],
@@ -48,7 +52,8 @@ export function metadataRoutes(ctx: AppContext): FastifyPluginAsync {
     sendMetadata(app, '/.well-known/openid-configuration', ctx);
     sendMetadata(app, '/.well-known/oauth-authorization-server', ctx);
     app.get('/jwks', async (_request, reply) =>
-      reply.header('Cache-Control', 'public, max-age=300').header('Content-Type', 'application/jwk-set+json').send(ctx.keys.jwks),
+      // A JWKS cache must see a new key before it signs (crypto/keys.ts KeyTiming).
+      reply.header('Cache-Control', `public, max-age=${ctx.jwksMaxAgeSeconds}`).header('Content-Type', 'application/jwk-set+json').send(ctx.keys.jwks),
     );
   };
 }

@@ -15,6 +15,17 @@ export interface AccessTokenInput {
   readonly scope: readonly string[];
   readonly lifetimeSeconds: number;
   readonly authTime?: number;
+  /** The grant the token belongs to; none for client_credentials. */
+  readonly grantId?: string;
+}
+
+/** A token's jti names its grant (`<grant id>.<random>`), so /introspect checks the grant with one lookup by key. */
+export const JTI_SEPARATOR = '.';
+
+/** The grant an access token's jti names, or undefined for a token without one (client_credentials). */
+export function grantIdOfJti(jti: string): string | undefined {
+  const separator = jti.indexOf(JTI_SEPARATOR);
+  return separator <= 0 ? undefined : jti.slice(0, separator);
 }
 
 export function accessTokenClaims(input: AccessTokenInput, now: number): Record<string, unknown> {
@@ -25,7 +36,7 @@ export function accessTokenClaims(input: AccessTokenInput, now: number): Record<
     aud: input.audience,
     exp: iat + input.lifetimeSeconds,
     iat,
-    jti: randomText(16),
+    jti: input.grantId === undefined ? randomText(16) : `${input.grantId}${JTI_SEPARATOR}${randomText(16)}`,
     client_id: input.clientId,
     scope: input.scope.join(' '),
   };

@@ -49,6 +49,7 @@ export async function issueTokens(ctx: AppContext, input: IssueInput, now: numbe
       scope: input.scope,
       lifetimeSeconds,
       authTime: input.authTime,
+      grantId: input.grantId,
     }, now),
   );
   const response: { -readonly [K in keyof TokenResponse]: TokenResponse[K] } = {

@@ -37,7 +37,8 @@ export function authorizationCodeGrant(ctx: AppContext, store: AuthorizationCode
       const { client, now } = request;
       const refresh = client.refreshLifetimeMs === undefined ? undefined : newRefreshToken(grant.id, now, client.refreshLifetimeMs);
       // The code is used and the refresh token stored in one transaction: one commit per exchange.
-      if (!(await store.consumeCode(code.digest, now, refresh?.record))) {
+      // The grant lives at least as long as the access token, so /introspect finds it (DESIGN.md §8).
+      if (!(await store.consumeCode(code.digest, now, now + ctx.config.accessTokenLifetimeMs, refresh?.record))) {
         // Another exchange of the same code, by the same client, won the race: that is a replay too (DESIGN.md §6).
         await revokeReplayed(store, ctx.metrics, request, grant.id, 'authorization_code');
         throw badCode();

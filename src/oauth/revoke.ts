@@ -1,0 +1,62 @@
+/**
+ * POST /revoke (RFC 7009, DESIGN.md §8). A refresh or access token of the authenticated client revokes its grant
+ * (every refresh token of it stops working, its access tokens turn inactive at /introspect); a client_credentials
+ * token has no grant, so its jti is revoked until it expires. Anything else (another client's token, unknown,
+ * expired, malformed) answers 200 and changes nothing (RFC 7009 §2.2).
+ */
+import type { FastifyPluginAsync } from 'fastify';
+import type { AppContext } from '../context.js';
+import { verifyAccessToken } from '../crypto/jwt.js';
+import { refreshTokenKey } from '../crypto/refresh-token.js';
+import { single } from '../http/params.js';
+import { invalidRequest } from '../policy/oauth-error.js';
+import type { GrantStore, RefreshTokenStore, RevokedTokenStore } from '../store/types.js';
+import { authenticateClient } from './client-auth.js';
+import { handleFormEndpoint } from './form-endpoint.js';
+import { grantIdOfJti } from './token-claims.js';
+
+export type RevocationStores = GrantStore & RefreshTokenStore & RevokedTokenStore;
+
+export function revocationRoutes(ctx: AppContext, store: RevocationStores): FastifyPluginAsync {
+  /** The grant (or, without one, the jti) a token of `clientId` names; undefined when it is not such a token. */
+  async function whatToRevoke(clientId: string, token: string): Promise<{ grantId: string } | { jti: string; expiresAt: number } | undefined> {
+    if (token.split('.').length === 3) {
+      let payload;
+      try {
+        payload = await verifyAccessToken(ctx.keys, token, ctx.issuer, ctx.now());
+      } catch {
+        return undefined;
+      }
+      if (payload.client_id !== clientId || typeof payload.jti !== 'string' || typeof payload.exp !== 'number') return undefined;
+      const grantId = grantIdOfJti(payload.jti);
+      return grantId === undefined ? { jti: payload.jti, expiresAt: payload.exp * 1000 } : { grantId };
+    }
+    const key = refreshTokenKey(token);
+    if (key === undefined) return undefined;
+    const lookup = await store.findRefreshToken(key.grantId, key.digest, ctx.now());
+    if (lookup.status === 'active' && lookup.grant.clientId === clientId) return { grantId: lookup.grant.id };
+    // A rotated token of this client names its grant too: revoking it ends the chain (RFC 7009 §2.1).
+    if (lookup.status === 'rotated' && lookup.clientId === clientId) return { grantId: lookup.grantId };
+    return undefined;
+  }
+
+  return async (app) => {
+    app.post('/revoke', async (request, reply) =>
+      handleFormEndpoint(ctx, request, reply, async (params, presented) => {
+        const client = authenticateClient(presented, ctx.config.clients);
+        const token = single(params, 'token');
+        if (token === undefined) throw invalidRequest('token is required');
+        const target = await whatToRevoke(client.clientId, token);
+        if (target !== undefined) {
+          if ('grantId' in target) await store.revokeGrant(target.grantId);
+          else await store.revokeAccessToken(target.jti, target.expiresAt);
+          request.log.info(
+            { audit: true, event: 'revocation', client_id: client.clientId, ...('grantId' in target ? { grant_id: target.grantId } : { jti: target.jti }) },
+            'token revoked',
+          );
+        }
+        return { body: {} };
+      }),
+    );
+  };
+}
