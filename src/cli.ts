@@ -4,6 +4,10 @@ import { ConfigInvalid, formatProblem, loadConfig } from './config/load.js';
 import { describeConfig, describeInvalid, renderReport, type CheckReport, type ProbeResult } from './config/report.js';
 import type { Config } from './config/types.js';
 import { hashPassword } from './crypto/password.js';
+import { listGrants, revokeGrants } from './admin/grants.js';
+import { listKeys, retire, rotate } from './admin/keys.js';
+import { openStore } from './store/open.js';
+import type { Store } from './store/types.js';
 import { VERSION } from './version.js';
 
 const USAGE = `usage:
@@ -12,6 +16,12 @@ const USAGE = `usage:
                                           validate the configuration and show what it sets up;
                                           --probe also asks each federation issuer for its metadata
   pinpoint hash-password                  read a password on stdin, print its password_hash
+  pinpoint keys list --config FILE [--json]
+  pinpoint keys rotate --config FILE      a new signing key per algorithm (old ones stay published)
+  pinpoint keys retire KID --config FILE  stop publishing a key that no longer signs
+  pinpoint grants list [--user U] [--client C] [--json] --config FILE
+  pinpoint grants revoke (ID | --user U | --client C) --config FILE
+                                          revoke grants (--user also ends the person's sessions)
   pinpoint --version                      print the version
 `;
 
@@ -27,17 +37,21 @@ async function main(argv: readonly string[]): Promise<number> {
     process.stdout.write(`${VERSION}\n`);
     return 0;
   }
-  const { values } = parseArgs({
+  const { values, positionals: words } = parseArgs({
     args: [...rest],
     options: {
       config: { type: 'string', short: 'c' },
       json: { type: 'boolean', default: false },
       probe: { type: 'boolean', default: false },
+      user: { type: 'string' },
+      client: { type: 'string' },
       help: { type: 'boolean', short: 'h', default: false },
     },
     strict: true,
-    allowPositionals: false,
+    allowPositionals: true,
   });
+  // keys and grants take a subcommand (and retire/revoke one argument); the other commands take none.
+  const [subcommand, ...positionals] = words;
   if (values.help || command === 'help' || command === '--help' || command === '-h') {
     process.stdout.write(USAGE);
     return 0;
@@ -47,9 +61,11 @@ async function main(argv: readonly string[]): Promise<number> {
     if (!file) throw new UsageError('missing --config FILE');
     return file;
   };
-  const only = (allowed: readonly string[]): void => {
-    const extra = (['json', 'probe', 'config'] as const).find((name) => !allowed.includes(name) && values[name]);
+  const only = (allowed: readonly string[], positionalCount = 0): void => {
+    const extra = (['json', 'probe', 'config', 'user', 'client'] as const).find((name) => !allowed.includes(name) && values[name]);
     if (extra) throw new UsageError(`${command} does not take --${extra}`);
+    const extraWords = command === 'keys' || command === 'grants' ? positionals.slice(positionalCount) : words;
+    if (extraWords.length > 0) throw new UsageError(`unexpected argument ${JSON.stringify(extraWords[0])}`);
   };
 
   switch (command) {
@@ -62,10 +78,76 @@ async function main(argv: readonly string[]): Promise<number> {
     case 'hash-password':
       only([]);
       return hashPasswordFromStdin();
+    case 'keys':
+      return keysCommand(subcommand, positionals, values, configFile, only);
+    case 'grants':
+      return grantsCommand(subcommand, positionals, values, configFile, only);
     case undefined:
       throw new UsageError('missing command');
     default:
       throw new UsageError(`unknown command ${JSON.stringify(command)}`);
+  }
+}
+
+type Values = { json?: boolean; user?: string; client?: string };
+
+/** Opens the configured store for an admin command; memory state has nothing to administer from outside. */
+async function withStore<T>(file: string, work: (store: Store) => Promise<T>): Promise<T | number> {
+  let config: Config;
+  try {
+    ({ config } = await loadConfig(file));
+  } catch (error) {
+    if (!(error instanceof ConfigInvalid)) throw error;
+    process.stderr.write(`pinpoint: ${file} is not a valid configuration:\n${error.problems.map((p) => `  ${formatProblem(p)}\n`).join('')}`);
+    return 1;
+  }
+  if (config.state.kind === 'memory') {
+    process.stderr.write('pinpoint: this configuration keeps its state in the server\'s memory (no state block): there is nothing to administer from outside\n');
+    return 1;
+  }
+  const store = await openStore(config.state);
+  try {
+    return await work(store);
+  } finally {
+    await store.close();
+  }
+}
+
+async function keysCommand(sub: string | undefined, args: readonly string[], values: Values, configFile: () => string, only: (allowed: readonly string[], n?: number) => void): Promise<number> {
+  const out = process.stdout;
+  switch (sub) {
+    case 'list':
+      only(['config', 'json']);
+      return (await withStore(configFile(), (store) => listKeys(store, out, values.json === true))) as number;
+    case 'rotate':
+      only(['config']);
+      return (await withStore(configFile(), (store) => rotate(store, out))) as number;
+    case 'retire': {
+      only(['config'], 1);
+      const kid = args[0];
+      if (kid === undefined) throw new UsageError('keys retire needs the KID of the key');
+      return (await withStore(configFile(), (store) => retire(store, kid, out, process.stderr))) as number;
+    }
+    default:
+      throw new UsageError(sub === undefined ? 'keys needs list, rotate or retire' : `unknown keys command ${JSON.stringify(sub)}`);
+  }
+}
+
+async function grantsCommand(sub: string | undefined, args: readonly string[], values: Values, configFile: () => string, only: (allowed: readonly string[], n?: number) => void): Promise<number> {
+  const filter = { ...(values.user !== undefined && { subject: values.user }), ...(values.client !== undefined && { clientId: values.client }) };
+  switch (sub) {
+    case 'list':
+      only(['config', 'json', 'user', 'client']);
+      return (await withStore(configFile(), (store) => listGrants(store, filter, process.stdout, values.json === true))) as number;
+    case 'revoke': {
+      only(['config', 'user', 'client'], 1);
+      const id = args[0];
+      const chosen = [id, values.user, values.client].filter((value) => value !== undefined).length;
+      if (chosen !== 1) throw new UsageError('grants revoke needs exactly one of ID, --user U or --client C');
+      return (await withStore(configFile(), (store) => revokeGrants(store, id !== undefined ? { grantId: id } : filter, process.stdout))) as number;
+    }
+    default:
+      throw new UsageError(sub === undefined ? 'grants needs list or revoke' : `unknown grants command ${JSON.stringify(sub)}`);
   }
 }
 

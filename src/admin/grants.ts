@@ -1,0 +1,46 @@
+/** `pinpoint grants list | revoke` (DESIGN.md §2): what a person or client holds, and taking it back. */
+import type { GrantAdminStore, GrantFilter, GrantStore, SessionStore } from '../store/types.js';
+import type { Output } from './keys.js';
+
+const iso = (ms: number | undefined): string | undefined => (ms === undefined ? undefined : new Date(ms).toISOString());
+
+export async function listGrants(store: GrantAdminStore, filter: GrantFilter, out: Output, json: boolean, now = Date.now()): Promise<number> {
+  const rows = (await store.listGrants(filter, now)).map(({ grant, lastRefreshAt }) => ({
+    id: grant.id,
+    user: grant.subject,
+    client: grant.clientId,
+    scope: grant.scope.join(' '),
+    resources: grant.resources,
+    created: iso(grant.createdAt),
+    last_refresh: iso(lastRefreshAt),
+  }));
+  if (json) {
+    out.write(`${JSON.stringify(rows, null, 2)}\n`);
+    return 0;
+  }
+  for (const row of rows) {
+    const resources = row.resources.length === 0 ? '(whole audience)' : row.resources.join(' ');
+    out.write(`${row.id}  user ${row.user}  client ${row.client}  scope "${row.scope}"  resources ${resources}  created ${row.created}  last refresh ${row.last_refresh ?? 'never'}\n`);
+  }
+  out.write(`${rows.length} grant${rows.length === 1 ? '' : 's'}\n`);
+  return 0;
+}
+
+export type RevokeTarget = { readonly grantId: string } | GrantFilter;
+
+/** Revokes one grant, or every grant of a user (ending their sessions too) or of a client; prints the counts. */
+export async function revokeGrants(store: GrantStore & GrantAdminStore & SessionStore, target: RevokeTarget, out: Output, now = Date.now()): Promise<number> {
+  if ('grantId' in target) {
+    const found = await store.findGrant(target.grantId, now);
+    if (found !== undefined) await store.revokeGrant(target.grantId);
+    out.write(`${found === undefined ? 0 : 1} grant revoked\n`);
+    return found === undefined ? 1 : 0;
+  }
+  const grants = await store.revokeGrants(target);
+  out.write(`${grants} grant${grants === 1 ? '' : 's'} revoked\n`);
+  if (target.subject !== undefined) {
+    const sessions = await store.deleteSessionsOf(target.subject);
+    out.write(`${sessions} session${sessions === 1 ? '' : 's'} ended\n`);
+  }
+  return 0;
+}
