@@ -58,6 +58,23 @@ d bare {
     assert.deepEqual(indexOf(text), ['1 block a', '3 block b "one" "two"', '5 block c "say \\"hi\\" {"', '7 block d "bare"']);
   });
 
+  test('URI labels holding #, // and /* are labels, not comments (resource_server "https://...")', () => {
+    const text = `resource_server "https://docs.example.org/#v2" {
+  secret_file = "a"
+}
+resource_server "https://api.example.org/*/x" { secret_file = "b" }
+resource_server "urn:x:y" {
+}
+`;
+    assert.deepEqual(indexOf(text), [
+      '1 block resource_server "https://docs.example.org/#v2"',
+      '2   attr secret_file',
+      '4 block resource_server "https://api.example.org/*/x"',
+      '4   attr secret_file',
+      '5 block resource_server "urn:x:y"',
+    ]);
+  });
+
   test('one-line blocks end at their brace, and the next entry is found', () => {
     assert.deepEqual(indexOf(`tls { mode = "proxy" }\nstate { path = "x.db" }\nlisten = "1"\n`), [
       '1 block tls',

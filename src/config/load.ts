@@ -27,6 +27,7 @@ import {
 } from './schema.js';
 import type { SourceEntry } from './source-index.js';
 import { closestName } from './suggest.js';
+import { formatListen } from './urls.js';
 import type {
   ClientRecord,
   Config,
@@ -134,9 +135,8 @@ async function buildConfig(body: HclBody, absolute: string, findings: Findings):
   const listen = top.attributes.listen === undefined ? DEFAULT_LISTEN : attributes.listen;
   const metrics = buildMetrics(top.single.metrics, listen, findings);
   const dynamicClients = await buildDynamicClients(top.single.dynamic_clients, findings, inFolder);
-  const resourceServers = await Promise.all(
-    top.labeled.resource_server.map((instance) => buildResourceServer(instance, nameableAudience(top.labeled.client, top.single.dynamic_clients), findings, inFolder)),
-  );
+  const nameable = nameableAudience(top.labeled.client, top.single.dynamic_clients);
+  const resourceServers = await Promise.all(top.labeled.resource_server.map((instance) => buildResourceServer(instance, nameable, findings, inFolder)));
 
   const canSignIn = top.labeled.user.length > 0 || top.labeled.federation.length > 0;
   if (!canSignIn) {
@@ -405,10 +405,6 @@ function sameListener(a: ListenAddress, b: ListenAddress): boolean {
   return a.host.toLowerCase() === b.host.toLowerCase() || wildcard(a.host) || wildcard(b.host);
 }
 
-function formatListen({ host, port }: ListenAddress): string {
-  return host.includes(':') ? `[${host}]:${port}` : `${host}:${port}`;
-}
-
 async function buildDynamicClients(
   instance: BlockInstance | undefined,
   findings: Findings,
@@ -453,8 +449,14 @@ async function buildDynamicClients(
   };
 }
 
+interface NameableAudience {
+  /** Requestable audience entries of every client and of dynamic_clients. */
+  readonly entries: ReadonlySet<string>;
+  readonly clientIds: ReadonlySet<string>;
+}
+
 /** Audience entries as written in client and dynamic_clients blocks, valid or not, so one mistake is not reported twice. */
-function nameableAudience(clients: readonly BlockInstance[], dynamic: BlockInstance | undefined): { entries: ReadonlySet<string>; clientIds: ReadonlySet<string> } {
+function nameableAudience(clients: readonly BlockInstance[], dynamic: BlockInstance | undefined): NameableAudience {
   const entries = new Set<string>();
   for (const body of [...clients.map((client) => client.body), ...(dynamic ? [dynamic.body] : [])]) {
     if (!Array.isArray(body.audience)) continue;
@@ -465,7 +467,7 @@ function nameableAudience(clients: readonly BlockInstance[], dynamic: BlockInsta
 
 async function buildResourceServer(
   instance: BlockInstance,
-  known: { entries: ReadonlySet<string>; clientIds: ReadonlySet<string> },
+  known: NameableAudience,
   findings: Findings,
   inFolder: (path: string) => string,
 ): Promise<ResourceServerRecord | undefined> {

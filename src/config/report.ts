@@ -1,6 +1,7 @@
 import { requestableReason, type UnrequestableReason } from '../policy/requestable.js';
 import { formatDuration } from './duration.js';
 import { formatProblem } from './problems.js';
+import { formatListen } from './urls.js';
 import type { ClientKind, Config, ConfigProblem, DynamicClientsConfig, LimitsConfig, StateConfig, TlsMode } from './types.js';
 
 /** What `pinpoint check` tells about a config (DESIGN.md §2); holds no secret and no password hash. */
@@ -142,10 +143,6 @@ function describeDynamicClients(dynamic: DynamicClientsConfig): DynamicClientFac
     refreshReuseGraceMs: dynamic.refreshReuseGraceMs,
     allowPrivateAddresses: dynamic.allowPrivateAddresses,
   };
-}
-
-function formatListen({ host, port }: Config['listen']): string {
-  return host.includes(':') ? `[${host}]:${port}` : `${host}:${port}`;
 }
 
 /** The report of a config that did not load: its problems and warnings only. */

@@ -190,13 +190,13 @@ const limit = z
   });
 
 /** DESIGN.md §3 `limits`, with §4's numbers as defaults. */
-export const DEFAULT_LIMITS: LimitsConfig = {
+export const DEFAULT_LIMITS: LimitsConfig = Object.freeze({
   clientFailures: 300,
   addressFailures: 300,
   loginFailures: 10,
   loginFailuresAny: 100,
   userCodeFailures: 20,
-};
+});
 
 export const limitsSpec = spec(
   z.strictObject({

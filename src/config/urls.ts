@@ -4,6 +4,11 @@ export function isLoopbackHost(hostname: string): boolean {
   return host === 'localhost' || host === '::1' || /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(host);
 }
 
+/** A listen address as written in the config: `host:port`, with brackets around an IPv6 host. */
+export function formatListen({ host, port }: { readonly host: string; readonly port: number }): string {
+  return host.includes(':') ? `[${host}]:${port}` : `${host}:${port}`;
+}
+
 /** The issuer and the path every route is served under, or why base_url is not acceptable. */
 export function parseBaseUrl(text: string): { baseUrl: string; basePath: string } | { error: string } {
   const url = parseHttpUrl(text);
