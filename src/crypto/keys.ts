@@ -27,9 +27,10 @@ export interface SigningKeys {
 }
 
 /**
- * How keys move between instances. A new key is published at once (at the next reload) but signs only `leadMs`
- * after its creation, by when every instance and every JWKS cache (max-age jwksMaxAgeSeconds) has it: resource
- * servers never meet a kid they cannot find. Published within reloadMs, signing within leadMs + reloadMs (45 s).
+ * How keys move between instances. A new key is published at once (at the next reload, within reloadMs) but signs
+ * only `leadMs` after its creation. The lead covers the reload plus the 30 s a resource server using jose's
+ * createRemoteJWKSet waits before it re-fetches a JWKS for an unknown kid (its cooldown), so no resource server
+ * meets a kid it cannot find: published within 10 s, signing within 55 s (DESIGN.md §2: both within 60 s).
  */
 export interface KeyTiming {
   readonly reloadMs: number;
@@ -37,7 +38,7 @@ export interface KeyTiming {
   readonly jwksMaxAgeSeconds: number;
 }
 
-export const KEY_TIMING: KeyTiming = { reloadMs: 15_000, leadMs: 30_000, jwksMaxAgeSeconds: 15 };
+export const KEY_TIMING: KeyTiming = { reloadMs: 10_000, leadMs: 45_000, jwksMaxAgeSeconds: 10 };
 
 export type KeyState = 'signing' | 'published' | 'retired';
 

@@ -67,11 +67,11 @@ export interface TestApp {
 }
 
 export async function testApp(
-  options: { config?: Config; store?: Store; now?: () => number; limits?: Partial<AppLimits>; logger?: import('pino').Logger; metrics?: import('../../src/http/metrics.js').Metrics } = {},
+  options: { config?: Config; store?: Store; now?: () => number; limits?: Partial<AppLimits>; logger?: import('pino').Logger; metrics?: import('../../src/http/metrics.js').Metrics; keys?: import('../../src/crypto/keys.js').KeyRing } = {},
 ): Promise<TestApp> {
   const config = options.config ?? (await testConfig());
   const store = options.store ?? new MemoryStore();
-  const keys = await loadSigningKeys(store);
+  const keys = options.keys ?? (await loadSigningKeys(store));
   const { app, ctx } = await buildApp({ config, store, keys, now: options.now, limits: options.limits, logger: options.logger, metrics: options.metrics });
   await app.ready();
   return { app, ctx, store };
