@@ -1,0 +1,95 @@
+/** `pinpoint keys ...` and `pinpoint grants ...` (DESIGN.md §2) as subprocesses against a running server's SQLite file. */
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { after, before, describe, test } from 'node:test';
+import { createDeployment, postToken, removeDeployment, signInForTokens, startPinpoint, type Deployment, type PinpointProcess } from './helpers/process.js';
+
+const CLI = fileURLToPath(new URL('../src/cli.ts', import.meta.url));
+
+function run(args: readonly string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, ['--import', 'tsx', CLI, ...args], { env: { ...process.env, PINPOINT_CONFIG: '' }, stdio: ['ignore', 'pipe', 'pipe'] });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
+    child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+    child.on('error', reject);
+    child.on('close', (code) => resolve({ code, stdout, stderr }));
+  });
+}
+
+describe('pinpoint keys and grants on a SQLite file a server is using', () => {
+  let deployment: Deployment;
+  let server: PinpointProcess;
+  before(async () => {
+    deployment = await createDeployment({ state: { path: 'data/pinpoint.db' } });
+    server = await startPinpoint(deployment);
+  });
+  after(async () => {
+    await server?.stop();
+    await removeDeployment(deployment);
+  });
+  const config = (): string[] => ['--config', deployment.configFile];
+
+  test('grants list shows what alice holds; grants revoke --user ends her grants and sessions; her refresh token stops working', async () => {
+    const tokens = await signInForTokens(deployment.baseUrl);
+    const listed = await run(['grants', 'list', '--user', 'alice', '--json', ...config()]);
+    assert.equal(listed.code, 0, listed.stderr);
+    const grants = JSON.parse(listed.stdout) as { id: string; user: string; client: string; scope: string; created: string; last_refresh?: string }[];
+    assert.equal(grants.length, 1);
+    assert.equal(grants[0]?.user, 'alice');
+    assert.equal(grants[0]?.client, 'webapp');
+    assert.equal(grants[0]?.scope, 'openid profile email');
+    assert.ok(!listed.stdout.includes(tokens.refresh_token ?? 'none'), 'no token is printed');
+    const human = await run(['grants', 'list', ...config()]);
+    assert.match(human.stdout, /user alice {2}client webapp/);
+    assert.match(human.stdout, /^1 grant$/m);
+
+    const revoked = await run(['grants', 'revoke', '--user', 'alice', ...config()]);
+    assert.equal(revoked.code, 0, revoked.stderr);
+    assert.match(revoked.stdout, /^1 grant revoked$/m);
+    assert.match(revoked.stdout, /^1 session ended$/m);
+    const refreshed = await postToken(deployment.baseUrl, [['grant_type', 'refresh_token'], ['refresh_token', tokens.refresh_token ?? '']]);
+    assert.equal(refreshed.status, 400);
+    assert.equal(refreshed.body.error, 'invalid_grant');
+    assert.equal((await run(['grants', 'revoke', 'no-such-grant', ...config()])).code, 1);
+    const both = await run(['grants', 'revoke', 'some-id', '--client', 'webapp', ...config()]);
+    assert.equal(both.code, 2, 'exactly one of ID, --user, --client');
+  });
+
+  test('keys list, rotate (new keys published, old ones still signing), retire refused for a signing key or an unknown kid', async () => {
+    const first = await run(['keys', 'list', '--json', ...config()]);
+    assert.equal(first.code, 0, first.stderr);
+    const keys = JSON.parse(first.stdout) as { kid: string; alg: string; state: string }[];
+    assert.deepEqual(keys.map((key) => key.state).sort(), ['signing', 'signing']);
+    assert.deepEqual(keys.map((key) => key.alg).sort(), ['ES256', 'RS256']);
+
+    const rotated = await run(['keys', 'rotate', ...config()]);
+    assert.equal(rotated.code, 0, rotated.stderr);
+    assert.match(rotated.stdout, /within 10 s .* within 55 s/);
+    const after = JSON.parse((await run(['keys', 'list', '--json', ...config()])).stdout) as { kid: string; state: string }[];
+    assert.equal(after.length, 4);
+    assert.deepEqual(after.filter((key) => !keys.some((old) => old.kid === key.kid)).map((key) => key.state), ['published', 'published']);
+
+    const signing = keys[0]?.kid as string;
+    const refused = await run(['keys', 'retire', signing, ...config()]);
+    assert.equal(refused.code, 1);
+    assert.match(refused.stderr, /signs new tokens/);
+    const unknown = await run(['keys', 'retire', 'no-such-kid', ...config()]);
+    assert.equal(unknown.code, 1);
+    assert.match(unknown.stderr, /there is no key no-such-kid/);
+    const human = await run(['keys', 'list', ...config()]);
+    assert.match(human.stdout, /ES256 {2}\d{4}-\d\d-\d\dT.* {2}signing/);
+  });
+
+  test('a configuration with its state in memory has nothing to administer', async () => {
+    const memory = join(deployment.folder, 'memory.hcl');
+    const { writeFile } = await import('node:fs/promises');
+    await writeFile(memory, 'base_url = "http://127.0.0.1:8080"\n');
+    const answer = await run(['keys', 'list', '--config', memory]);
+    assert.equal(answer.code, 1);
+    assert.match(answer.stderr, /state in the server's memory/);
+  });
+});
