@@ -4,6 +4,7 @@ import { ConfigInvalid, formatProblem, loadConfig } from './config/load.js';
 import { describeConfig, describeInvalid, renderReport, type CheckReport, type ProbeResult } from './config/report.js';
 import type { Config } from './config/types.js';
 import { hashPassword } from './crypto/password.js';
+import { backupSqlite } from './admin/backup.js';
 import { listGrants, revokeGrants } from './admin/grants.js';
 import { listKeys, retire, rotate } from './admin/keys.js';
 import { openStore } from './store/open.js';
@@ -22,6 +23,7 @@ const USAGE = `usage:
   pinpoint grants list [--user U] [--client C] [--json] --config FILE
   pinpoint grants revoke (ID | --user U | --client C) --config FILE
                                           revoke grants (--user also ends the person's sessions)
+  pinpoint backup --to FILE --config FILE an online copy of the SQLite state (PostgreSQL: use pg_dump)
   pinpoint --version                      print the version
 `;
 
@@ -45,6 +47,7 @@ async function main(argv: readonly string[]): Promise<number> {
       probe: { type: 'boolean', default: false },
       user: { type: 'string' },
       client: { type: 'string' },
+      to: { type: 'string' },
       help: { type: 'boolean', short: 'h', default: false },
     },
     strict: true,
@@ -62,7 +65,7 @@ async function main(argv: readonly string[]): Promise<number> {
     return file;
   };
   const only = (allowed: readonly string[], positionalCount = 0): void => {
-    const extra = (['json', 'probe', 'config', 'user', 'client'] as const).find((name) => !allowed.includes(name) && values[name]);
+    const extra = (['json', 'probe', 'config', 'user', 'client', 'to'] as const).find((name) => !allowed.includes(name) && values[name]);
     if (extra) throw new UsageError(`${command} does not take --${extra}`);
     const extraWords = command === 'keys' || command === 'grants' ? positionals.slice(positionalCount) : words;
     if (extraWords.length > 0) throw new UsageError(`unexpected argument ${JSON.stringify(extraWords[0])}`);
@@ -82,6 +85,10 @@ async function main(argv: readonly string[]): Promise<number> {
       return keysCommand(subcommand, positionals, values, configFile, only);
     case 'grants':
       return grantsCommand(subcommand, positionals, values, configFile, only);
+    case 'backup':
+      only(['config', 'to']);
+      if (values.to === undefined) throw new UsageError('backup needs --to FILE');
+      return backup(configFile(), values.to);
     case undefined:
       throw new UsageError('missing command');
     default:
@@ -149,6 +156,22 @@ async function grantsCommand(sub: string | undefined, args: readonly string[], v
     default:
       throw new UsageError(sub === undefined ? 'grants needs list or revoke' : `unknown grants command ${JSON.stringify(sub)}`);
   }
+}
+
+async function backup(file: string, to: string): Promise<number> {
+  let config: Config;
+  try {
+    ({ config } = await loadConfig(file));
+  } catch (error) {
+    if (!(error instanceof ConfigInvalid)) throw error;
+    process.stderr.write(`pinpoint: ${file} is not a valid configuration\n`);
+    return 1;
+  }
+  if (config.state.kind !== 'sqlite') {
+    process.stderr.write(`pinpoint: backup copies SQLite state; this configuration keeps it ${config.state.kind === 'memory' ? 'in memory' : 'in PostgreSQL (use pg_dump, README "Operations")'}\n`);
+    return 1;
+  }
+  return backupSqlite(config.state.path, to, process.stdout, process.stderr);
 }
 
 async function serve(file: string): Promise<number> {

@@ -84,6 +84,26 @@ describe('pinpoint keys and grants on a SQLite file a server is using', () => {
     assert.match(human.stdout, /ES256 {2}\d{4}-\d\d-\d\dT.* {2}signing/);
   });
 
+  test('backup --to FILE: a consistent copy while the server runs, which opens as a Pinpoint database; never overwrites', async () => {
+    await signInForTokens(deployment.baseUrl);
+    const to = join(deployment.folder, 'backup.db');
+    const done = await run(['backup', '--to', to, ...config()]);
+    assert.equal(done.code, 0, done.stderr);
+    const { default: Database } = await import('better-sqlite3');
+    const copy = new Database(to, { readonly: true });
+    try {
+      const versions = (copy.prepare('SELECT version FROM schema_migrations').all() as { version: number }[]).map((row) => row.version);
+      assert.ok(versions.length >= 3, String(versions));
+      assert.ok((copy.prepare('SELECT count(*) AS n FROM grants').get() as { n: number }).n >= 1);
+      assert.ok((copy.prepare('SELECT count(*) AS n FROM keys').get() as { n: number }).n >= 2);
+    } finally {
+      copy.close();
+    }
+    const again = await run(['backup', '--to', to, ...config()]);
+    assert.equal(again.code, 1);
+    assert.match(again.stderr, /exists/);
+  });
+
   test('a configuration with its state in memory has nothing to administer', async () => {
     const memory = join(deployment.folder, 'memory.hcl');
     const { writeFile } = await import('node:fs/promises');
