@@ -18,6 +18,7 @@ import {
   testApp,
   type TestApp,
   resumeAuthorization,
+  testConfig,
 } from './helpers/app.js';
 
 const API = AUDIENCE[0] as string;
@@ -621,4 +622,27 @@ describe('sign-in attempt limits', () => {
     }
   });
 
+});
+
+describe('loopback redirect URIs of configured clients (RFC 8252 §7.3, DESIGN.md §3)', () => {
+  test('registered without a port: any port is accepted and the code comes back to that port; with a port: only that port', async () => {
+    const config = await testConfig();
+    const spa = config.clients.get('spa');
+    assert.ok(spa);
+    const nativeApp = { ...spa, clientId: 'native', redirectUris: ['http://127.0.0.1/callback', 'http://[::1]:7000/cb'] };
+    const t = await testApp({ config: { ...config, clients: new Map([...config.clients, ['native', nativeApp]]) } });
+    try {
+      const ask = (redirect: string): Promise<LightMyRequestResponse> =>
+        authorize(t.app, requestPairs({ replace: { client_id: 'native', redirect_uri: redirect } }));
+      assertSentToSignIn(await ask('http://127.0.0.1:53682/callback'));
+      assertSentToSignIn(await ask('http://[::1]:7000/cb'));
+      for (const refused of ['http://[::1]:7001/cb', 'http://127.0.0.1:53682/callback/', 'http://localhost:53682/callback', 'https://127.0.0.1:53682/callback']) {
+        assertErrorPage(await ask(refused), 'invalid_request');
+      }
+      const grant = await signInForCode(t.app, { clientId: 'native', extra: [] , redirectUri: 'http://127.0.0.1:53682/callback' });
+      assert.equal(grant.location.port, '53682');
+    } finally {
+      await t.app.close();
+    }
+  });
 });

@@ -58,6 +58,16 @@ export interface ClientRecord {
   readonly idTokenSigningAlg: 'RS256' | 'ES256';
   /** Milliseconds a just-rotated refresh token may be presented again by this client (DESIGN.md §6); 0 = strict. */
   readonly refreshReuseGraceMs: number;
+  /** Present for clients that are not in the config (DESIGN.md §9): they need consent, and match loopback ports freely. */
+  readonly dynamic?: DynamicClientInfo;
+}
+
+/** What a dynamic client said about itself: self-asserted, so pages show it next to the hosts it cannot fake. */
+export interface DynamicClientInfo {
+  readonly source: 'registration' | 'metadata-document';
+  readonly clientName?: string;
+  readonly clientUri?: string;
+  readonly logoUri?: string;
 }
 
 /** Every limit of DESIGN.md §4 that operators set (`limits { }`, §3). */

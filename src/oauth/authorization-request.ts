@@ -3,6 +3,7 @@ import type { ClientRecord } from '../config/types.js';
 import { OAuthError } from '../policy/oauth-error.js';
 import { all, checkLimits, repeatedParameter, single, type Params } from '../http/params.js';
 import { decideAuthorizeResources } from '../policy/resource.js';
+import { redirectUriMatches, type LoopbackPorts } from '../policy/redirect-uri.js';
 import { decideRequestedScope, parseScope } from '../policy/scope.js';
 import type { PendingAuthorization } from '../store/types.js';
 
@@ -18,6 +19,9 @@ export type AuthorizationValidation =
 
 const CODE_CHALLENGE = /^[A-Za-z0-9_-]{43}$/;
 
+/** DESIGN.md §3: configured clients get any loopback port only where they registered none; dynamic clients always. */
+export const loopbackPortsOf = (client: ClientRecord): LoopbackPorts => (client.dynamic === undefined ? 'when-registered-without-port' : 'always');
+
 export function validateAuthorizationRequest(
   params: Params,
   clients: ReadonlyMap<string, ClientRecord>,
@@ -32,7 +36,7 @@ export function validateAuthorizationRequest(
   if (client === undefined) return { ok: false, page: new OAuthError('invalid_client', `unknown client "${clientId}"`) };
   const redirectUri = single(params, 'redirect_uri');
   if (redirectUri === undefined) return { ok: false, page: new OAuthError('invalid_request', 'redirect_uri is required') };
-  if (!client.redirectUris.includes(redirectUri)) {
+  if (!redirectUriMatches(client.redirectUris, redirectUri, loopbackPortsOf(client))) {
     return { ok: false, page: new OAuthError('invalid_request', 'redirect_uri is not registered for this client') };
   }
 

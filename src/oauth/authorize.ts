@@ -13,7 +13,8 @@ import { sendErrorPage } from '../http/render-error.js';
 import { currentSession } from '../http/session.js';
 import { OAuthError } from '../policy/oauth-error.js';
 import type { AuthorizationCodeStore, LoginRequestStore, PendingAuthorization, SessionRecord, SessionStore } from '../store/types.js';
-import { errorRedirect, validateAuthorizationRequest } from './authorization-request.js';
+import { redirectUriMatches } from '../policy/redirect-uri.js';
+import { errorRedirect, loopbackPortsOf, validateAuthorizationRequest } from './authorization-request.js';
 import { completeAuthorization } from './complete-authorization.js';
 
 /** The state /authorize reads and changes. */
@@ -80,7 +81,9 @@ export function authorizeRoutes(ctx: AppContext, store: AuthorizeStores): Fastif
     }
     // The client or its redirect URI may have left the config since the request was validated (DESIGN.md §3).
     const client = ctx.config.clients.get(authorization.clientId);
-    if (client === undefined || !client.redirectUris.includes(authorization.redirectUri)) return sendErrorPage(reply, expiredSignIn());
+    if (client === undefined || !redirectUriMatches(client.redirectUris, authorization.redirectUri, loopbackPortsOf(client))) {
+      return sendErrorPage(reply, expiredSignIn());
+    }
     // Taken once: a finished sign-in cannot be replayed into a second code.
     if ((await store.takeLoginRequest(pending.id, now)) === undefined) return sendErrorPage(reply, expiredSignIn());
     return finish(request, reply, authorization, session);

@@ -121,6 +121,7 @@ export function hiddenInput(html: string, name: string): string {
 
 export interface AuthorizeOptions {
   readonly clientId?: string;
+  readonly redirectUri?: string;
   readonly scope?: string;
   readonly resources?: readonly string[];
   readonly nonce?: string;
@@ -134,7 +135,7 @@ export async function signInForCode(app: FastifyInstance, options: AuthorizeOpti
   const pairs: (readonly [string, string])[] = [
     ['response_type', 'code'],
     ['client_id', options.clientId ?? 'webapp'],
-    ['redirect_uri', REDIRECT],
+    ['redirect_uri', options.redirectUri ?? REDIRECT],
     ['scope', options.scope ?? 'openid profile email'],
     ['state', options.state ?? 'st-1'],
     ['code_challenge', challenge],
