@@ -101,14 +101,3 @@ export function validateAuthorizationRequest(
     },
   };
 }
-
-/** The client's redirect URI with response parameters added to its query (RFC 6749 §4.1.2, RFC 9207). */
-export function redirectWith(redirectUri: string, values: Record<string, string | undefined>): string {
-  const url = new URL(redirectUri);
-  for (const [name, value] of Object.entries(values)) if (value !== undefined) url.searchParams.append(name, value);
-  return url.toString();
-}
-
-export function errorRedirect(issuer: string, redirectUri: string, error: OAuthError, state: string | undefined): string {
-  return redirectWith(redirectUri, { error: error.code, error_description: error.description, state, iss: issuer });
-}

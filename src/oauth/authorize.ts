@@ -14,7 +14,8 @@ import { currentSession } from '../http/session.js';
 import { OAuthError } from '../policy/oauth-error.js';
 import type { AuthorizationCodeStore, LoginRequestStore, PendingAuthorization, SessionRecord, SessionStore } from '../store/types.js';
 import { redirectUriMatches } from '../policy/redirect-uri.js';
-import { errorRedirect, loopbackPortsOf, validateAuthorizationRequest } from './authorization-request.js';
+import { loopbackPortsOf, validateAuthorizationRequest } from './authorization-request.js';
+import { errorRedirect } from '../http/redirects.js';
 import { completeAuthorization } from './complete-authorization.js';
 
 /** The state /authorize reads and changes. */

@@ -2,7 +2,7 @@
 import { randomUUID } from 'node:crypto';
 import { newSecret } from '../crypto/random.js';
 import type { AuthorizationCodeStore, Grant, PendingAuthorization, SessionRecord } from '../store/types.js';
-import { redirectWith } from './authorization-request.js';
+import { redirectWith } from '../http/redirects.js';
 
 /** DESIGN.md §6: codes are single-use and live 60 s. */
 export const CODE_LIFETIME_MS = 60_000;

@@ -14,7 +14,7 @@ import { sendErrorPage } from '../http/render-error.js';
 import { currentSession, endSession } from '../http/session.js';
 import { OAuthError } from '../policy/oauth-error.js';
 import type { SessionStore } from '../store/types.js';
-import { redirectWith } from './authorization-request.js';
+import { redirectWith } from '../http/redirects.js';
 
 interface LogoutRequest {
   readonly client?: ClientRecord;
