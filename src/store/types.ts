@@ -263,6 +263,55 @@ export interface SubjectClaimsStore {
   findSubjectClaims(subject: string, now: number): Promise<SubjectClaims | undefined>;
 }
 
+/** What a client registered about itself at /register (RFC 7591), as stored and answered. */
+export interface RegisteredClientMetadata {
+  readonly redirect_uris: readonly string[];
+  readonly token_endpoint_auth_method: 'none' | 'client_secret_basic' | 'client_secret_post';
+  readonly grant_types: readonly ('authorization_code' | 'refresh_token')[];
+  readonly response_types: readonly ['code'];
+  readonly application_type?: 'native' | 'web';
+  readonly client_name?: string;
+  readonly client_uri?: string;
+  readonly logo_uri?: string;
+  readonly scope?: string;
+}
+
+export interface RegisteredClientRecord {
+  readonly clientId: string;
+  /** SHA-256 (hex) of the client secret, for clients registered with one; never the secret. */
+  readonly secretDigest?: string;
+  readonly metadata: RegisteredClientMetadata;
+  readonly createdAt: number;
+  /** Removed by the sweep after this when no grant of it is left (DESIGN.md §9). */
+  readonly expiresAt: number;
+}
+
+export interface RegisteredClientStore {
+  saveRegisteredClient(record: RegisteredClientRecord): Promise<void>;
+  findRegisteredClient(clientId: string): Promise<RegisteredClientRecord | undefined>;
+  /** Keeps the client at least until `until` (a grant was made for it); never shortens. */
+  keepRegisteredClient(clientId: string, until: number): Promise<void>;
+  /** Removes the registration (its grants are revoked separately); false when there was none. */
+  deleteRegisteredClient(clientId: string): Promise<boolean>;
+}
+
+/** What a person allowed a dynamic client (DESIGN.md §8), remembered until a request asks more. */
+export interface ConsentRecord {
+  readonly subject: string;
+  readonly clientId: string;
+  readonly scope: readonly string[];
+  /** Resources allowed; the whole audience was allowed when `wholeAudience`. */
+  readonly resources: readonly string[];
+  readonly wholeAudience: boolean;
+  readonly grantedAt: number;
+}
+
+export interface ConsentStore {
+  findConsent(subject: string, clientId: string): Promise<ConsentRecord | undefined>;
+  /** Inserts or replaces the (subject, client) consent. */
+  saveConsent(record: ConsentRecord): Promise<void>;
+}
+
 export interface AttemptStore {
   /**
    * Adds one attempt for `key` in a fixed window; returns the count in it, this one included. A window
