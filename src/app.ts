@@ -7,7 +7,8 @@ import { makeContext, type AppContext, type AppLimits } from './context.js';
 import type { Config } from './config/types.js';
 import { clientErrorHandler, isApiPath } from './http/client-error.js';
 import { registerCors } from './http/cors.js';
-import { instrumentRequests, measuredStore, type Metrics } from './http/metrics.js';
+import { ClientDirectory, type DocumentResolver } from './http/clients.js';
+import { createMetrics, instrumentRequests, measuredStore, type Metrics } from './http/metrics.js';
 import { proxyTrust, REQUEST_ID_SHAPE } from './http/proxies.js';
 import { countFailure } from './http/failure-limit.js';
 import { LIMITS, parseParams } from './http/params.js';
@@ -49,11 +50,15 @@ export interface BuildAppOptions {
   readonly https?: { key: Buffer; cert: Buffer };
   /** The registry the metrics listener serves; a private one when absent. */
   readonly metrics?: Metrics;
+  /** Fetches client ID metadata documents (DESIGN.md §9); none: such client_ids are unknown. */
+  readonly documents?: DocumentResolver;
 }
 
 export async function buildApp(options: BuildAppOptions): Promise<{ app: FastifyInstance; ctx: AppContext }> {
-  const ctx = makeContext(options.config, options.keys, { now: options.now, limits: options.limits, metrics: options.metrics });
-  const store = measuredStore(options.store, ctx.metrics);
+  const metrics = options.metrics ?? createMetrics({ processMetrics: false });
+  const store = measuredStore(options.store, metrics);
+  const clients = new ClientDirectory(options.config, store, options.documents);
+  const ctx = makeContext(options.config, options.keys, clients, { now: options.now, limits: options.limits, metrics });
   const logger = options.logger ?? createLogger('silent');
   const trusted = proxyTrust(options.config.trustedProxies);
   const app = Fastify({
@@ -126,7 +131,7 @@ export async function buildApp(options: BuildAppOptions): Promise<{ app: Fastify
     return sendJsonError(reply, notFound);
   });
 
-  await registerCors(app, ctx.config.basePath, () => ctx.clientOrigins);
+  await registerCors(app, ctx.config.basePath, (origin) => ctx.clients.isClientOrigin(origin));
   // RFC 8414 §3.1 copies of the metadata live outside the prefix.
   await app.register(wellKnownAtRoot(ctx));
   await app.register(

@@ -1,6 +1,7 @@
 /** What every route needs, built once at start and passed down (no globals). State is passed separately, narrowed per route. */
 import type { Config } from './config/types.js';
 import { KEY_TIMING, type KeyRing, type SigningKeys } from './crypto/keys.js';
+import type { ClientDirectory } from './http/clients.js';
 import { cookieSettingsFor, type CookieSettings } from './http/cookies.js';
 import { createMetrics, type Metrics } from './http/metrics.js';
 import { FixedWindowLimiter } from './http/rate-limit.js';
@@ -45,8 +46,8 @@ export interface AppContext {
   readonly limits: AppLimits;
   readonly failures: FixedWindowLimiter;
   readonly cookies: CookieSettings;
-  /** Origins of the clients' redirect URIs, for CORS at /token, /userinfo, /device_authorization. */
-  readonly clientOrigins: ReadonlySet<string>;
+  /** Every client a client_id can name: configured, registered, or by metadata document (DESIGN.md §9). */
+  readonly clients: ClientDirectory;
   readonly sessionLifetimeMs: number;
   /** Where a sign-in starts: the sign-in page, or the only upstream when there are no local users. */
   readonly signInPage: (loginId: string) => string;
@@ -58,17 +59,11 @@ export interface AppContext {
 export function makeContext(
   config: Config,
   keys: SigningKeys | KeyRing,
+  clients: ClientDirectory,
   options: { now?: () => number; limits?: Partial<AppLimits>; metrics?: Metrics } = {},
 ): AppContext {
   // The config's `limits` block, then what a test asks for (windows, small numbers).
   const limits: AppLimits = { ...DEFAULT_LIMITS, ...config.limits, ...options.limits };
-  const clientOrigins = new Set<string>();
-  for (const client of config.clients.values()) {
-    for (const uri of client.redirectUris) {
-      const origin = new URL(uri).origin;
-      if (origin !== 'null') clientOrigins.add(origin);
-    }
-  }
   const [only, ...others] = [...config.federations.keys()];
   // With no local users and exactly one upstream, a page offering one button is skipped.
   const skipToUpstream = config.users.size === 0 && only !== undefined && others.length === 0;
@@ -85,7 +80,7 @@ export function makeContext(
     limits,
     failures: new FixedWindowLimiter(limits.failureWindowMs),
     cookies: cookieSettingsFor(config.baseUrl, config.basePath),
-    clientOrigins,
+    clients,
     sessionLifetimeMs: 12 * 3600_000,
     metrics: options.metrics ?? createMetrics({ processMetrics: false }),
     isKnownSubject: (subject) => isKnownSubject(subject, config.users, config.federations),

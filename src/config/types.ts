@@ -44,6 +44,10 @@ export interface ClientRecord {
   readonly kind: ClientKind;
   /** The secret's text (confidential clients only). Never logged or printed. */
   readonly secret?: string;
+  /** SHA-256 (hex) of the secret of a registered client: the store keeps no secret itself. */
+  readonly secretDigest?: string;
+  /** Scope values given to a request without `scope` (dynamic clients only, DESIGN.md §9). */
+  readonly defaultScope?: readonly string[];
   readonly redirectUris: readonly string[];
   /** In config order; an entry may be a logical name or a fragment URI (DESIGN.md §5). */
   readonly audience: readonly string[];

@@ -44,8 +44,8 @@ export function policyOf(path: string, basePath: string): CorsPolicy | undefined
   return POLICIES[rest];
 }
 
-/** Registers CORS for the whole server; `clientOrigins` is read on every request, so it may grow (dynamic clients). */
-export async function registerCors(app: FastifyInstance, basePath: string, clientOrigins: () => ReadonlySet<string>): Promise<void> {
+/** Registers CORS for the whole server; `isClientOrigin` is asked on every request, so the set may grow (dynamic clients). */
+export async function registerCors(app: FastifyInstance, basePath: string, isClientOrigin: (origin: string) => boolean): Promise<void> {
   await app.register(cors, {
     hook: 'onRequest',
     delegator: (request: FastifyRequest, callback: (error: Error | null, options?: FastifyCorsOptions) => void) => {
@@ -54,7 +54,7 @@ export async function registerCors(app: FastifyInstance, basePath: string, clien
       if (origin === undefined || policy === undefined) return callback(null, { origin: false });
       if (policy === 'any') return callback(null, { ...COMMON, origin: '*' });
       // An origin that is not a client's gets no CORS headers at all (and its preflight finds no route).
-      return callback(null, clientOrigins().has(origin) ? { ...COMMON, origin } : { origin: false });
+      return callback(null, isClientOrigin(origin) ? { ...COMMON, origin } : { origin: false });
     },
   });
 }

@@ -5,6 +5,7 @@ import { all, checkLimits, repeatedParameter, single, type Params } from '../htt
 import { decideAuthorizeResources } from '../policy/resource.js';
 import { redirectUriMatches, type LoopbackPorts } from '../policy/redirect-uri.js';
 import { decideRequestedScope, parseScope } from '../policy/scope.js';
+import type { ClientResolution } from '../http/clients.js';
 import type { PendingAuthorization } from '../store/types.js';
 
 /** A validated request is what the store keeps while the person signs in. */
@@ -24,7 +25,8 @@ export const loopbackPortsOf = (client: ClientRecord): LoopbackPorts => (client.
 
 export function validateAuthorizationRequest(
   params: Params,
-  clients: ReadonlyMap<string, ClientRecord>,
+  /** The client a client_id names, resolved beforehand (dynamic clients need I/O). */
+  resolve: (clientId: string) => ClientResolution,
   issuer: string,
 ): AuthorizationValidation {
   const repeated = repeatedParameter(params, ['resource']);
@@ -32,8 +34,13 @@ export function validateAuthorizationRequest(
 
   const clientId = single(params, 'client_id');
   if (clientId === undefined) return { ok: false, page: new OAuthError('invalid_request', 'client_id is required') };
-  const client = clients.get(clientId);
-  if (client === undefined) return { ok: false, page: new OAuthError('invalid_client', `unknown client "${clientId}"`) };
+  const resolution = resolve(clientId);
+  if (!resolution.found) {
+    const shown = clientId.length > 256 ? `${clientId.slice(0, 256)}…` : clientId;
+    const why = resolution.reason === undefined ? `unknown client "${shown}"` : `the client "${shown}" cannot be used: ${resolution.reason}`;
+    return { ok: false, page: new OAuthError('invalid_client', why) };
+  }
+  const client = resolution.client;
   const redirectUri = single(params, 'redirect_uri');
   if (redirectUri === undefined) return { ok: false, page: new OAuthError('invalid_request', 'redirect_uri is required') };
   if (!redirectUriMatches(client.redirectUris, redirectUri, loopbackPortsOf(client))) {
@@ -67,11 +74,14 @@ export function validateAuthorizationRequest(
     return back(new OAuthError('invalid_request', 'code_challenge must be a base64url SHA-256 value'));
   }
 
-  // DESIGN.md §4 seed rule: configured clients must send scope (OIDC Core §3.1.2.1 requires openid in it for OIDC).
-  if (single(params, 'scope') === undefined) return back(new OAuthError('invalid_request', 'scope is required'));
-  const scope = parseScope(params.get('scope')?.[0]);
+  // DESIGN.md §4 seed rule: configured clients must send scope; a dynamic client without one gets its default (§9).
+  const sentScope = single(params, 'scope');
+  if (sentScope === undefined && client.defaultScope === undefined) return back(new OAuthError('invalid_request', 'scope is required'));
+  const scope = sentScope === undefined ? [...(client.defaultScope ?? [])] : parseScope(sentScope);
   if (scope === undefined) return back(new OAuthError('invalid_scope', 'scope is malformed'));
-  const scopeDecision = decideRequestedScope(scope, client.scopes);
+  // DESIGN.md §9: offline_access asks for nothing more than refresh_lifetime gives, so clients that refresh may send it.
+  const askable = client.refreshLifetimeMs === undefined ? client.scopes : [...client.scopes, 'offline_access'];
+  const scopeDecision = decideRequestedScope(scope, askable);
   if (!scopeDecision.ok) return back(scopeDecision.error);
 
   const prompt = single(params, 'prompt');

@@ -5,6 +5,7 @@
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import type { AppContext } from '../context.js';
 import { sameBrowser } from '../http/csrf.js';
+import { isDocumentUrl } from '../http/clients.js';
 import { countAgainstAddress, countFailure, tooManyFailures } from '../http/failure-limit.js';
 import { expiredSignIn, isLoginId, startLogin } from '../http/login-request.js';
 import { pageHeaders } from '../http/pages.js';
@@ -40,7 +41,12 @@ export function authorizeRoutes(ctx: AppContext, store: AuthorizeStores): Fastif
     const claimedClient = params.get('client_id')?.[0];
     const limited = tooManyFailures(ctx.failures, ctx.limits, request.ip, claimedClient, ctx.now());
     if (limited !== undefined) return sendErrorPage(reply, limited);
-    const validation = validateAuthorizationRequest(params, ctx.config.clients, ctx.issuer);
+    const claimed = params.get('client_id');
+    const clientId = claimed?.length === 1 ? claimed[0] : undefined;
+    // A metadata document fetch is work an address makes the server do: it counts like a failure (DESIGN.md §9).
+    if (clientId !== undefined && isDocumentUrl(clientId)) countAgainstAddress(ctx.failures, request.ip, ctx.now());
+    const resolution = clientId === undefined || clientId === '' ? { found: false as const } : await ctx.clients.resolve(clientId);
+    const validation = validateAuthorizationRequest(params, () => resolution, ctx.issuer);
     if (!validation.ok) {
       const error = 'page' in validation ? validation.page : validation.redirect.error;
       countFailure(ctx.failures, request.ip, claimedClient, error.status, ctx.now());
@@ -81,7 +87,7 @@ export function authorizeRoutes(ctx: AppContext, store: AuthorizeStores): Fastif
       return pageHeaders(reply).redirect(ctx.signInPage(pending.id), 303);
     }
     // The client or its redirect URI may have left the config since the request was validated (DESIGN.md §3).
-    const client = ctx.config.clients.get(authorization.clientId);
+    const client = await ctx.clients.find(authorization.clientId);
     if (client === undefined || !redirectUriMatches(client.redirectUris, authorization.redirectUri, loopbackPortsOf(client))) {
       return sendErrorPage(reply, expiredSignIn());
     }

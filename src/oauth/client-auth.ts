@@ -47,14 +47,17 @@ export function readClientCredentials(authorization: string | undefined, params:
 const secretDigests = new WeakMap<object, Buffer>();
 
 /** Compares digests so the comparison takes the same time whatever the lengths. */
-function secretMatches(holder: { readonly secret?: string }, presented: string): boolean {
-  if (holder.secret === undefined) return false;
+function secretMatches(holder: { readonly secret?: string; readonly secretDigest?: string }, presented: string): boolean {
   let expected = secretDigests.get(holder);
   if (expected === undefined) {
-    expected = sha256(holder.secret);
+    // A registered client's secret is known only by its digest (the store keeps no secret).
+    if (holder.secret !== undefined) expected = sha256(holder.secret);
+    else if (holder.secretDigest !== undefined) expected = Buffer.from(holder.secretDigest, 'hex');
+    else return false;
     secretDigests.set(holder, expected);
   }
-  return timingSafeEqual(sha256(presented), expected);
+  const digest = sha256(presented);
+  return digest.length === expected.length && timingSafeEqual(digest, expected);
 }
 
 /** Who may call /introspect (DESIGN.md §8): a resource server by its label, or a confidential client. */
@@ -63,7 +66,7 @@ export type IntrospectionCaller = { readonly kind: 'resource_server'; readonly l
 /** A resource server authenticates with HTTP Basic, its label as the user name; anyone else as at /token, confidential only. */
 export function authenticateIntrospectionCaller(
   presented: PresentedCredentials,
-  clients: ReadonlyMap<string, ClientRecord>,
+  clients: { get(clientId: string): ClientRecord | undefined },
   resourceServers: ReadonlyMap<string, ResourceServerRecord>,
 ): IntrospectionCaller {
   const server = presented.basic === undefined ? undefined : resourceServers.get(presented.basic.id);
@@ -78,7 +81,7 @@ export function authenticateIntrospectionCaller(
 }
 
 /** The authenticated client, or throws invalid_client (401 with WWW-Authenticate); both methods at once is invalid_request (DESIGN.md §4). */
-export function authenticateClient(presented: PresentedCredentials, clients: ReadonlyMap<string, ClientRecord>): ClientRecord {
+export function authenticateClient(presented: PresentedCredentials, clients: { get(clientId: string): ClientRecord | undefined }): ClientRecord {
   const { basic, bodyClientId, bodySecret } = presented;
   if (presented.malformedBasic) throw invalidClient('the Authorization header is not valid HTTP Basic');
   // RFC 6749 §2.3.1: a client must not use more than one authentication method in a request.
@@ -98,4 +101,10 @@ export function authenticateClient(presented: PresentedCredentials, clients: Rea
   }
   if (client.kind === 'confidential') throw invalidClient('this client must authenticate with its secret');
   return client;
+}
+
+/** The one client a request claims to be, looked up beforehand (dynamic clients need I/O), as authenticateClient's map. */
+export async function claimedClient(directory: { find(clientId: string | undefined): Promise<ClientRecord | undefined> }, presented: PresentedCredentials): Promise<{ get(clientId: string): ClientRecord | undefined }> {
+  const client = await directory.find(presented.claimedClientId);
+  return { get: (clientId) => (client !== undefined && client.clientId === clientId ? client : undefined) };
 }

@@ -9,7 +9,7 @@ import { decideRequestedScope, parseScope } from '../policy/scope.js';
 import type { DeviceAuthorizationRecord, DeviceCodeStore } from '../store/types.js';
 import { newSecret, randomCode } from '../crypto/random.js';
 import { formatUserCode, USER_CODE_ALPHABET, USER_CODE_LENGTH } from '../policy/user-code.js';
-import { authenticateClient } from './client-auth.js';
+import { authenticateClient, claimedClient } from './client-auth.js';
 import { unwrap } from './grants/grant.js';
 import { handleFormEndpoint } from './form-endpoint.js';
 
@@ -39,7 +39,7 @@ export function deviceAuthorizationRoutes(ctx: AppContext, store: DeviceCodeStor
   return async (app) => {
     app.post('/device_authorization', async (request, reply) =>
       handleFormEndpoint(ctx, request, reply, async (params, presented) => {
-        const client = authenticateClient(presented, ctx.config.clients);
+        const client = authenticateClient(presented, await claimedClient(ctx.clients, presented));
         if (client.kind !== 'device') throw new OAuthError('unauthorized_client', 'this client may not use the device authorization flow');
         // DESIGN.md §5: device tokens are for the whole audience, so any `resource` is refused, never ignored.
         unwrap(decideResourceParameter('device_code', all(params, 'resource')));

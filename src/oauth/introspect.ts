@@ -13,7 +13,7 @@ import { single } from '../http/params.js';
 import { invalidRequest } from '../policy/oauth-error.js';
 import { audienceClaim } from '../policy/resource.js';
 import type { GrantStore, RefreshTokenStore, RevokedTokenStore } from '../store/types.js';
-import { authenticateIntrospectionCaller, type IntrospectionCaller } from './client-auth.js';
+import { authenticateIntrospectionCaller, claimedClient, type IntrospectionCaller } from './client-auth.js';
 import { handleFormEndpoint } from './form-endpoint.js';
 import { epochSeconds, grantIdOfJti } from './token-claims.js';
 
@@ -74,7 +74,7 @@ export function introspectionRoutes(ctx: AppContext, store: IntrospectionStores)
   return async (app) => {
     app.post('/introspect', async (request, reply) =>
       handleFormEndpoint(ctx, request, reply, async (params, presented) => {
-        const caller = authenticateIntrospectionCaller(presented, ctx.config.clients, ctx.config.resourceServers);
+        const caller = authenticateIntrospectionCaller(presented, await claimedClient(ctx.clients, presented), ctx.config.resourceServers);
         request.clientId = caller.kind === 'client' ? caller.client.clientId : caller.label;
         const token = single(params, 'token');
         if (token === undefined) throw invalidRequest('token is required');

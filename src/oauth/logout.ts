@@ -49,7 +49,7 @@ export function logoutRoutes(ctx: AppContext, store: SessionStore): FastifyPlugi
       if (clientId !== undefined && clientId !== hintClient) return refused('client_id does not match the id_token_hint');
     }
     const whose = hintClient ?? clientId;
-    const client = whose === undefined ? undefined : ctx.config.clients.get(whose);
+    const client = await ctx.clients.find(whose);
     if (whose !== undefined && client === undefined) return refused(`unknown client "${whose.slice(0, 256)}"`);
     const redirectUri = single(params, 'post_logout_redirect_uri');
     // Without a client there is no list to check the URI against: no redirect, the "signed out" page (DESIGN.md §8).

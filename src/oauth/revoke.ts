@@ -11,7 +11,7 @@ import { refreshTokenKey } from '../crypto/refresh-token.js';
 import { single } from '../http/params.js';
 import { invalidRequest } from '../policy/oauth-error.js';
 import type { GrantStore, RefreshTokenStore, RevokedTokenStore } from '../store/types.js';
-import { authenticateClient } from './client-auth.js';
+import { authenticateClient, claimedClient } from './client-auth.js';
 import { handleFormEndpoint } from './form-endpoint.js';
 import { grantIdOfJti } from './token-claims.js';
 
@@ -43,7 +43,7 @@ export function revocationRoutes(ctx: AppContext, store: RevocationStores): Fast
   return async (app) => {
     app.post('/revoke', async (request, reply) =>
       handleFormEndpoint(ctx, request, reply, async (params, presented) => {
-        const client = authenticateClient(presented, ctx.config.clients);
+        const client = authenticateClient(presented, await claimedClient(ctx.clients, presented));
         const token = single(params, 'token');
         if (token === undefined) throw invalidRequest('token is required');
         const target = await whatToRevoke(client.clientId, token);

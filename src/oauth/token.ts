@@ -4,7 +4,7 @@ import type { AppContext } from '../context.js';
 import { single } from '../http/params.js';
 import { OAuthError } from '../policy/oauth-error.js';
 import type { AuthorizationCodeStore, DeviceCodeStore, GrantStore, RefreshTokenStore } from '../store/types.js';
-import { authenticateClient } from './client-auth.js';
+import { authenticateClient, claimedClient } from './client-auth.js';
 import { handleFormEndpoint } from './form-endpoint.js';
 import { authorizationCodeGrant } from './grants/authorization-code.js';
 import { clientCredentialsGrant } from './grants/client-credentials.js';
@@ -36,7 +36,7 @@ export function tokenRoutes(ctx: AppContext, store: TokenStores): FastifyPluginA
         if (grantType === undefined) throw new OAuthError('invalid_request', 'grant_type is required');
         const handler = grants.get(grantType);
         if (handler === undefined) throw new OAuthError('unsupported_grant_type', `grant_type "${grantType}" is not supported`);
-        const client = authenticateClient(presented, ctx.config.clients);
+        const client = authenticateClient(presented, await claimedClient(ctx.clients, presented));
         const body = await runGrant(handler, store, ctx.metrics, { client, params, now: ctx.now(), log: request.log });
         return { body };
       }),

@@ -39,7 +39,7 @@ export function userinfoRoutes(ctx: AppContext, store: SubjectClaimsStore): Fast
     }
     const clientId = typeof payload.client_id === 'string' ? payload.client_id : undefined;
     request.clientId = clientId;
-    const client = clientId === undefined ? undefined : ctx.config.clients.get(clientId);
+    const client = await ctx.clients.find(clientId);
     const scope = typeof payload.scope === 'string' ? payload.scope.split(' ') : [];
     if (client === undefined || payload.aud === undefined || typeof payload.sub !== 'string') {
       return refuse(request, reply, 'invalid_token', 'the access token is invalid or expired');

@@ -1,0 +1,176 @@
+/**
+ * Who a client_id names (DESIGN.md §9): a client of the config, a client registered at /register (in the store, so
+ * every instance sees it), or, when enabled, a client whose client_id is the https URL of its metadata document.
+ * Dynamic clients become ClientRecords with the `dynamic_clients` block's audience, scopes and lifetimes.
+ */
+import type { ClientRecord, Config, DynamicClientsConfig } from '../config/types.js';
+import type { RegisteredClientRecord, RegisteredClientStore } from '../store/types.js';
+
+/** A validated client ID metadata document (draft-ietf-oauth-client-id-metadata-document). */
+export interface ClientDocument {
+  readonly client_id: string;
+  readonly redirect_uris: readonly string[];
+  readonly client_name?: string;
+  readonly client_uri?: string;
+  readonly logo_uri?: string;
+  readonly scope?: string;
+  readonly grant_types?: readonly string[];
+}
+
+/** Fetches, validates and caches metadata documents (http/metadata-document.ts). */
+export interface DocumentResolver {
+  resolve(url: string): Promise<{ readonly ok: true; readonly document: ClientDocument } | { readonly ok: false; readonly reason: string }>;
+}
+
+export type ClientResolution =
+  | { readonly found: true; readonly client: ClientRecord }
+  /** Unknown, or a metadata document that could not be used (`reason` says why, for the error page). */
+  | { readonly found: false; readonly reason?: string };
+
+/** A client_id that names a metadata document: an https URL with a path (DESIGN.md §9). */
+export function isDocumentUrl(clientId: string): boolean {
+  if (!clientId.startsWith('https://')) return false;
+  try {
+    return new URL(clientId).pathname.length > 1;
+  } catch {
+    return false;
+  }
+}
+
+const splitScope = (scope: string | undefined): string[] | undefined =>
+  scope === undefined ? undefined : scope.split(' ').filter((value) => value.length > 0);
+
+/** The ClientRecord of a dynamic client: the block's audience and limits, its own redirect URIs and name. */
+function dynamicClient(
+  dynamic: DynamicClientsConfig,
+  clientId: string,
+  described: { redirectUris: readonly string[]; scope?: string; grantTypes?: readonly string[]; clientName?: string; clientUri?: string; logoUri?: string },
+  source: 'registration' | 'metadata-document',
+  secretDigest?: string,
+): ClientRecord {
+  const asked = splitScope(described.scope);
+  // A registered scope narrows what the client may ask within the block's scopes, and is its default (DESIGN.md §9).
+  const scopes = asked === undefined ? dynamic.scopes : dynamic.scopes.filter((value) => asked.includes(value));
+  const refreshes = described.grantTypes === undefined || described.grantTypes.includes('refresh_token');
+  return {
+    clientId,
+    kind: secretDigest === undefined ? 'public' : 'confidential',
+    ...(secretDigest !== undefined && { secretDigest }),
+    redirectUris: described.redirectUris,
+    audience: dynamic.audience,
+    scopes,
+    ...(refreshes && dynamic.refreshLifetimeMs !== undefined && { refreshLifetimeMs: dynamic.refreshLifetimeMs }),
+    ...(asked !== undefined ? { defaultScope: asked } : dynamic.defaultScope !== undefined ? { defaultScope: dynamic.defaultScope } : {}),
+    postLogoutRedirectUris: [],
+    idTokenSigningAlg: 'RS256',
+    refreshReuseGraceMs: dynamic.refreshReuseGraceMs,
+    dynamic: {
+      source,
+      ...(described.clientName !== undefined && { clientName: described.clientName }),
+      ...(described.clientUri !== undefined && { clientUri: described.clientUri }),
+      ...(described.logoUri !== undefined && { logoUri: described.logoUri }),
+    },
+  };
+}
+
+/** The ClientRecord of a registration. */
+export function registeredClient(dynamic: DynamicClientsConfig, record: RegisteredClientRecord): ClientRecord {
+  const { metadata } = record;
+  return dynamicClient(
+    dynamic,
+    record.clientId,
+    {
+      redirectUris: metadata.redirect_uris,
+      grantTypes: metadata.grant_types,
+      ...(metadata.scope !== undefined && { scope: metadata.scope }),
+      ...(metadata.client_name !== undefined && { clientName: metadata.client_name }),
+      ...(metadata.client_uri !== undefined && { clientUri: metadata.client_uri }),
+      ...(metadata.logo_uri !== undefined && { logoUri: metadata.logo_uri }),
+    },
+    'registration',
+    record.secretDigest,
+  );
+}
+
+/** At most this many origins of dynamic clients are kept for CORS (oldest dropped first). */
+const MAX_DYNAMIC_ORIGINS = 10_000;
+
+export class ClientDirectory {
+  readonly #config: Config;
+  readonly #registered: RegisteredClientStore;
+  readonly #documents: DocumentResolver | undefined;
+  /** Origins of configured clients' redirect URIs, and of dynamic clients' https ones seen here (DESIGN.md §9 CORS). */
+  readonly #origins = new Set<string>();
+  readonly #configuredOrigins: ReadonlySet<string>;
+
+  constructor(config: Config, registered: RegisteredClientStore, documents?: DocumentResolver) {
+    this.#config = config;
+    this.#registered = registered;
+    this.#documents = documents;
+    const configured = new Set<string>();
+    for (const client of config.clients.values()) {
+      for (const uri of client.redirectUris) {
+        const origin = new URL(uri).origin;
+        if (origin !== 'null') configured.add(origin);
+      }
+    }
+    this.#configuredOrigins = configured;
+  }
+
+  /** Whether a browser script from `origin` may call the token-ish endpoints. */
+  isClientOrigin(origin: string): boolean {
+    return this.#configuredOrigins.has(origin) || this.#origins.has(origin);
+  }
+
+  /** The client `clientId` names, or why it cannot be used. */
+  async resolve(clientId: string): Promise<ClientResolution> {
+    const configured = this.#config.clients.get(clientId);
+    if (configured !== undefined) return { found: true, client: configured };
+    const dynamic = this.#config.dynamicClients;
+    if (dynamic === undefined) return { found: false };
+    if (isDocumentUrl(clientId)) {
+      if (!dynamic.metadataDocuments || this.#documents === undefined) return { found: false };
+      const resolved = await this.#documents.resolve(clientId);
+      if (!resolved.ok) return { found: false, reason: resolved.reason };
+      const { document } = resolved;
+      return this.#seen(
+        dynamicClient(
+          dynamic,
+          clientId,
+          {
+            redirectUris: document.redirect_uris,
+            ...(document.scope !== undefined && { scope: document.scope }),
+            ...(document.grant_types !== undefined && { grantTypes: document.grant_types }),
+            ...(document.client_name !== undefined && { clientName: document.client_name }),
+            ...(document.client_uri !== undefined && { clientUri: document.client_uri }),
+            ...(document.logo_uri !== undefined && { logoUri: document.logo_uri }),
+          },
+          'metadata-document',
+        ),
+      );
+    }
+    if (dynamic.registration === 'off' || !REGISTERED_ID.test(clientId)) return { found: false };
+    const record = await this.#registered.findRegisteredClient(clientId);
+    return record === undefined ? { found: false } : this.#seen(registeredClient(dynamic, record));
+  }
+
+  /** The client, or undefined when there is none usable. */
+  async find(clientId: string | undefined): Promise<ClientRecord | undefined> {
+    if (clientId === undefined) return undefined;
+    const resolution = await this.resolve(clientId);
+    return resolution.found ? resolution.client : undefined;
+  }
+
+  #seen(client: ClientRecord): ClientResolution {
+    for (const uri of client.redirectUris) {
+      if (!uri.startsWith('https://')) continue;
+      const origin = new URL(uri).origin;
+      if (this.#origins.size >= MAX_DYNAMIC_ORIGINS) this.#origins.delete(this.#origins.values().next().value as string);
+      this.#origins.add(origin);
+    }
+    return { found: true, client };
+  }
+}
+
+/** Registered client ids are `dyn_` and 32 base64url characters (oauth/register.ts). */
+export const REGISTERED_ID = /^dyn_[A-Za-z0-9_-]{32}$/;
