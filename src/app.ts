@@ -22,6 +22,7 @@ import { deviceAuthorizationRoutes } from './oauth/device-authorization.js';
 import { healthRoutes } from './oauth/health.js';
 import { introspectionRoutes } from './oauth/introspect.js';
 import { logoutRoutes } from './oauth/logout.js';
+import { registrationRoutes } from './oauth/register.js';
 import { revocationRoutes } from './oauth/revoke.js';
 import { metadataRoutes, wellKnownAtRoot } from './oauth/metadata.js';
 import { tokenRoutes } from './oauth/token.js';
@@ -149,6 +150,7 @@ export async function buildApp(options: BuildAppOptions): Promise<{ app: Fastify
       await scoped.register(logoutRoutes(ctx, store));
       await scoped.register(revocationRoutes(ctx, store));
       await scoped.register(introspectionRoutes(ctx, store));
+      await scoped.register(registrationRoutes(ctx, store));
     },
     { prefix: ctx.config.basePath },
   );

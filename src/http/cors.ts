@@ -20,6 +20,8 @@ const POLICIES: Readonly<Record<string, CorsPolicy>> = {
   '/userinfo': 'clients',
   '/device_authorization': 'clients',
   '/revoke': 'clients',
+  // DESIGN.md §9: browser-based MCP clients (the MCP Inspector) register from a page.
+  '/register': 'any',
   '/jwks': 'any',
 };
 

@@ -10,6 +10,11 @@ export function serverMetadata(ctx: AppContext): Record<string, unknown> {
   const issuer = ctx.issuer;
   const scopes = new Set<string>(['openid']);
   for (const client of ctx.config.clients.values()) for (const scope of client.scopes) scopes.add(scope);
+  const dynamic = ctx.config.dynamicClients;
+  for (const scope of dynamic?.scopes ?? []) scopes.add(scope);
+  // DESIGN.md §9: offline_access is accepted from clients that refresh, so hosts that add it are not refused.
+  const refreshes = [...ctx.config.clients.values()].some((client) => client.refreshLifetimeMs !== undefined) || dynamic?.refreshLifetimeMs !== undefined;
+  if (refreshes) scopes.add('offline_access');
   const grantTypes: string[] = [...SUPPORTED_GRANT_TYPES];
   const metadata: Record<string, unknown> = {
     issuer,
@@ -37,6 +42,8 @@ export function serverMetadata(ctx: AppContext): Record<string, unknown> {
     authorization_response_iss_parameter_supported: true,
     request_parameter_supported: false,
     request_uri_parameter_supported: false,
+    ...(dynamic !== undefined && dynamic.registration !== 'off' && { registration_endpoint: `${issuer}/register` }),
+    ...(dynamic?.metadataDocuments === true && { client_id_metadata_document_supported: true }),
   };
   return metadata;
 }

@@ -1,0 +1,161 @@
+/**
+ * POST /register (RFC 7591 dynamic client registration, DESIGN.md §9), when `dynamic_clients.registration` is
+ * "open" or "token". Registered clients live in the store, so every instance knows them. A registration counts
+ * against the address's limits and answers CORS from any origin (browser-based MCP clients register from a page).
+ */
+import { randomBytes, timingSafeEqual } from 'node:crypto';
+import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
+import { z } from 'zod';
+import type { DynamicClientsConfig } from '../config/types.js';
+import type { AppContext } from '../context.js';
+import { digestOf, sha256 } from '../crypto/digest.js';
+import { countAgainstAddress, tooManyFailures } from '../http/failure-limit.js';
+import { sendJsonError } from '../http/render-error.js';
+import { bounded } from '../log.js';
+import { OAuthError } from '../policy/oauth-error.js';
+import { isLoopbackRedirect } from '../policy/redirect-uri.js';
+import { parseScope } from '../policy/scope.js';
+import type { RegisteredClientMetadata, RegisteredClientStore } from '../store/types.js';
+
+/** DESIGN.md §9: a registration nobody uses is removed after 24 h. */
+export const UNUSED_REGISTRATION_MS = 24 * 3_600_000;
+const BODY_LIMIT = 16 * 1024;
+
+const badMetadata = (description: string): OAuthError => new OAuthError('invalid_client_metadata', description);
+const badRedirect = (description: string): OAuthError => new OAuthError('invalid_redirect_uri', description);
+
+/** Schemes a redirect URI may never have, whatever the application (RFC 8252 §8.4, DESIGN.md §9). */
+const FORBIDDEN_SCHEMES = new Set(['javascript:', 'data:', 'file:', 'vbscript:', 'about:', 'blob:', 'filesystem:', 'ws:', 'wss:', 'ftp:']);
+
+/** Why `uri` cannot be a registered redirect URI, or undefined when it can (https, loopback http, private-use scheme). */
+export function redirectUriProblem(uri: string, applicationType: 'native' | 'web' | undefined): string | undefined {
+  let url: URL;
+  try {
+    url = new URL(uri);
+  } catch {
+    return `"${bounded(uri)}" is not an absolute URI`;
+  }
+  if (uri.includes('#')) return `"${bounded(uri)}" must not contain a fragment`;
+  if (FORBIDDEN_SCHEMES.has(url.protocol)) return `"${bounded(uri)}": the ${url.protocol} scheme is never a redirect URI`;
+  if (url.protocol === 'https:') return url.username !== '' || url.password !== '' ? `"${bounded(uri)}" must not carry user information` : undefined;
+  if (applicationType === 'web') return `"${bounded(uri)}": a web client's redirect URIs must be https`;
+  if (url.protocol === 'http:') return isLoopbackRedirect(uri) ? undefined : `"${bounded(uri)}": plain http is allowed only to a loopback address (127.0.0.1, [::1], localhost)`;
+  // A private-use scheme of a native app (RFC 8252 §7.1), e.g. com.example.app:/cb or cursor://callback.
+  return undefined;
+}
+
+const text = (max: number) => z.string().min(1).max(max);
+const httpsUrl = text(2048).refine((value) => URL.canParse(value) && new URL(value).protocol === 'https:', { message: 'must be an https URL' });
+
+const REQUEST = z.object({
+  redirect_uris: z.array(z.string().max(2048), { error: 'redirect_uris is required: a list of redirect URIs' }).min(1, 'redirect_uris must not be empty').max(20),
+  token_endpoint_auth_method: z.enum(['none', 'client_secret_basic', 'client_secret_post']).optional(),
+  grant_types: z.array(z.enum(['authorization_code', 'refresh_token'])).min(1).max(2).optional(),
+  response_types: z.array(z.literal('code')).length(1).optional(),
+  application_type: z.enum(['native', 'web']).optional(),
+  client_name: text(200).optional(),
+  client_uri: httpsUrl.optional(),
+  logo_uri: httpsUrl.optional(),
+  scope: text(1000).optional(),
+});
+
+/** Checks a registration request fully before anything is stored (DESIGN.md §1). */
+export function validateRegistration(body: unknown, dynamic: DynamicClientsConfig): RegisteredClientMetadata {
+  if (typeof body !== 'object' || body === null || Array.isArray(body)) throw badMetadata('the body must be a JSON object');
+  const parsed = REQUEST.safeParse(body);
+  if (!parsed.success) {
+    const issue = parsed.error.issues[0];
+    const field = issue?.path.join('.') ?? 'the body';
+    const error = field.startsWith('redirect_uris') ? badRedirect : badMetadata;
+    throw error(`${field}: ${issue?.message ?? 'is not valid'}`);
+  }
+  const request = parsed.data;
+  for (const uri of request.redirect_uris) {
+    const problem = redirectUriProblem(uri, request.application_type);
+    if (problem !== undefined) throw badRedirect(problem);
+  }
+  if (request.scope !== undefined) {
+    const scope = parseScope(request.scope);
+    if (scope === undefined) throw badMetadata('scope is malformed');
+    const outside = scope.find((value) => !dynamic.scopes.includes(value) && value !== 'offline_access');
+    if (outside !== undefined) throw badMetadata(`scope "${outside}" is beyond what dynamic clients may ask`);
+  }
+  return {
+    redirect_uris: [...new Set(request.redirect_uris)],
+    token_endpoint_auth_method: request.token_endpoint_auth_method ?? 'none',
+    grant_types: request.grant_types ?? ['authorization_code'],
+    response_types: ['code'],
+    ...(request.application_type !== undefined && { application_type: request.application_type }),
+    ...(request.client_name !== undefined && { client_name: request.client_name }),
+    ...(request.client_uri !== undefined && { client_uri: request.client_uri }),
+    ...(request.logo_uri !== undefined && { logo_uri: request.logo_uri }),
+    ...(request.scope !== undefined && { scope: request.scope }),
+  };
+}
+
+export function registrationRoutes(ctx: AppContext, store: RegisteredClientStore): FastifyPluginAsync {
+  const dynamic = ctx.config.dynamicClients;
+  const expectedToken = dynamic?.registrationToken === undefined ? undefined : sha256(dynamic.registrationToken);
+
+  function tokenAccepted(request: FastifyRequest): boolean {
+    if (expectedToken === undefined) return true;
+    const match = /^Bearer ([\x21-\x7E]+)$/i.exec(request.headers.authorization ?? '');
+    return match !== null && timingSafeEqual(sha256(match[1] as string), expectedToken);
+  }
+
+  async function register(request: FastifyRequest, reply: FastifyReply, settings: DynamicClientsConfig): Promise<FastifyReply> {
+    const now = ctx.now();
+    const limited = tooManyFailures(ctx.failures, ctx.limits, request.ip, undefined, now);
+    if (limited !== undefined) return sendJsonError(reply, limited);
+    countAgainstAddress(ctx.failures, request.ip, now);
+    if (settings.registration === 'token' && !tokenAccepted(request)) {
+      request.outcome = 'invalid_token';
+      return reply
+        .code(401)
+        .header('WWW-Authenticate', 'Bearer error="invalid_token", error_description="registration needs the initial access token"')
+        .header('Cache-Control', 'no-store')
+        .send({ error: 'invalid_token', error_description: 'registration needs the initial access token' });
+    }
+    let metadata: RegisteredClientMetadata;
+    try {
+      metadata = validateRegistration(request.body, settings);
+    } catch (error) {
+      if (error instanceof OAuthError) return sendJsonError(reply, error);
+      throw error;
+    }
+    const clientId = `dyn_${randomBytes(24).toString('base64url')}`;
+    const secret = metadata.token_endpoint_auth_method === 'none' ? undefined : randomBytes(32).toString('base64url');
+    await store.saveRegisteredClient({
+      clientId,
+      ...(secret !== undefined && { secretDigest: digestOf(secret) }),
+      metadata,
+      createdAt: now,
+      expiresAt: now + UNUSED_REGISTRATION_MS,
+    });
+    request.clientId = clientId;
+    request.outcome = 'ok';
+    request.log.info({ audit: true, event: 'registration', client_id: clientId, client_name: bounded(metadata.client_name), address: request.ip }, 'client registered');
+    return reply
+      .code(201)
+      .header('Cache-Control', 'no-store')
+      .send({
+        ...metadata,
+        client_id: clientId,
+        client_id_issued_at: Math.floor(now / 1000),
+        ...(secret !== undefined && { client_secret: secret, client_secret_expires_at: 0 }),
+      });
+  }
+
+  return async (app) => {
+    if (dynamic === undefined || dynamic.registration === 'off') return;
+    // RFC 7591 §3: the one JSON endpoint; the parser is scoped to this plugin.
+    app.addContentTypeParser('application/json', { parseAs: 'string', bodyLimit: BODY_LIMIT }, (_request, body, done) => {
+      try {
+        done(null, JSON.parse(body as string));
+      } catch {
+        done(badMetadata('the body is not valid JSON'), undefined);
+      }
+    });
+    app.post('/register', async (request, reply) => register(request, reply, dynamic));
+  };
+}
