@@ -34,6 +34,8 @@ import { postgresInspector, schemaAt, sqliteInspector, type StoreInspector } fro
 
 const POSTGRES_URL = process.env['PINPOINT_TEST_POSTGRES_URL'];
 const MINUTE = 60_000;
+/** An access token's lifetime: what the token endpoint passes consumeCode as grantUntil. */
+const ACCESS_TOKEN_MS = 5 * MINUTE;
 
 const digest = (): string => createHash('sha256').update(randomBytes(16)).digest('hex');
 const randomId = (prefix: string): string => `${prefix}-${randomBytes(8).toString('hex')}`;
@@ -101,7 +103,7 @@ async function assertOldTokensDropped(
     const code = makeCode(grant, now);
     await store.createGrantWithCode(makeGrant(now), { ...code, grantId: grant.id });
     const fresh = makeRefresh(grant, now);
-    assert.equal(await store.consumeCode(code.digest, now, fresh), true);
+    assert.equal(await store.consumeCode(code.digest, now, now + ACCESS_TOKEN_MS, fresh), true);
     assert.equal((await store.findRefreshToken(grant.id, fresh.digest, now)).status, 'active');
   } finally {
     await store.close();
@@ -261,22 +263,22 @@ function storeSuite(name: string, backend: () => Backend): void {
 
     it('uses a code once: used after consumption, unknown when expired unused or unknown', async () => {
       const { store, now, grant, code } = await openWithCode();
-      assert.equal(await store.consumeCode(code.digest, now), true);
-      assert.equal(await store.consumeCode(code.digest, now), false);
+      assert.equal(await store.consumeCode(code.digest, now, now + ACCESS_TOKEN_MS), true);
+      assert.equal(await store.consumeCode(code.digest, now, now + ACCESS_TOKEN_MS), false);
       assert.deepEqual(await store.findCode(code.digest, now), { status: 'used', code });
       assert.deepEqual(await store.findCode(digest(), now), { status: 'unknown' });
-      assert.equal(await store.consumeCode(digest(), now), false);
+      assert.equal(await store.consumeCode(digest(), now, now + ACCESS_TOKEN_MS), false);
 
       const late = makeCode(grant, now);
       await store.createGrantWithCode(makeGrant(now, { id: randomId('g') }), { ...late, grantId: grant.id });
       assert.deepEqual(await store.findCode(late.digest, late.expiresAt + 1), { status: 'unknown' });
-      assert.equal(await store.consumeCode(late.digest, late.expiresAt + 1), false);
+      assert.equal(await store.consumeCode(late.digest, late.expiresAt + 1, late.expiresAt + 1 + ACCESS_TOKEN_MS), false);
     });
 
     it('reports a used code as used after it expired, for as long as its grant lives (DESIGN.md §6)', async () => {
       const { store, now, grant, code } = await openWithCode();
       const refresh = makeRefresh(grant, now);
-      assert.equal(await store.consumeCode(code.digest, now, refresh), true);
+      assert.equal(await store.consumeCode(code.digest, now, now + ACCESS_TOKEN_MS, refresh), true);
       const later = code.expiresAt + 10 * MINUTE;
       assert.deepEqual(await store.findCode(code.digest, later), { status: 'used', code });
       await store.sweep(later);
@@ -287,14 +289,14 @@ function storeSuite(name: string, backend: () => Backend): void {
 
     it('lets exactly one of 50 concurrent consumeCode calls win', async () => {
       const { store, now, code } = await openWithCode();
-      const results = await Promise.all(Array.from({ length: 50 }, () => store.consumeCode(code.digest, now)));
+      const results = await Promise.all(Array.from({ length: 50 }, () => store.consumeCode(code.digest, now, now + ACCESS_TOKEN_MS)));
       assert.equal(results.filter(Boolean).length, 1);
     });
 
     it('consumes a code and stores its first refresh token in one transaction; once only', async () => {
       const { store, now, grant, code } = await openWithCode();
       const candidates = Array.from({ length: 20 }, () => makeRefresh(grant, now));
-      const results = await Promise.all(candidates.map((refresh) => store.consumeCode(code.digest, now, refresh)));
+      const results = await Promise.all(candidates.map((refresh) => store.consumeCode(code.digest, now, now + ACCESS_TOKEN_MS, refresh)));
       assert.equal(results.filter(Boolean).length, 1);
       const statuses = await Promise.all(candidates.map(async (refresh) => (await store.findRefreshToken(grant.id, refresh.digest, now)).status));
       assert.deepEqual(
@@ -310,7 +312,7 @@ function storeSuite(name: string, backend: () => Backend): void {
       const expired = makeCode(grant, now);
       await store.createGrantWithCode(makeGrant(now), { ...expired, grantId: grant.id });
       const late = makeRefresh(grant, expired.expiresAt);
-      assert.equal(await store.consumeCode(expired.digest, expired.expiresAt, late), false);
+      assert.equal(await store.consumeCode(expired.digest, expired.expiresAt, expired.expiresAt + ACCESS_TOKEN_MS, late), false);
       assert.deepEqual(await store.findRefreshToken(grant.id, late.digest, expired.expiresAt), { status: 'unknown' }, 'nothing written');
     });
 
@@ -321,7 +323,7 @@ function storeSuite(name: string, backend: () => Backend): void {
         return lookup.status === 'active' ? lookup.grant.expiresAt : undefined;
       };
       const token = makeRefresh(grant, now + 1000);
-      assert.equal(await store.consumeCode(code.digest, now, token), true);
+      assert.equal(await store.consumeCode(code.digest, now, now + ACCESS_TOKEN_MS, token), true);
       const extended = token.expiresAt + GRANT_EXPIRY_SLACK_MS;
       assert.deepEqual(await store.findRefreshToken(token.grantId, token.digest, now), { status: 'active', token, grant: { ...grant, expiresAt: extended } });
       assert.deepEqual(await store.findRefreshToken(token.grantId, token.digest, token.expiresAt), { status: 'unknown' });
@@ -342,7 +344,7 @@ function storeSuite(name: string, backend: () => Backend): void {
     it('rotates a refresh token: the old one reads rotated, the new one active, the grant outliving both', async () => {
       const { store, now, grant, code } = await openWithCode();
       const first = makeRefresh(grant, now);
-      assert.equal(await store.consumeCode(code.digest, now, first), true);
+      assert.equal(await store.consumeCode(code.digest, now, now + ACCESS_TOKEN_MS, first), true);
       const next = makeRefresh(grant, now + 5000);
       assert.equal(await store.rotateRefreshToken(first.digest, next, now + 5000), true);
       assert.deepEqual(await store.findRefreshToken(first.grantId, first.digest, now + 5000), {
@@ -361,7 +363,7 @@ function storeSuite(name: string, backend: () => Backend): void {
     it('writes nothing when a rotation fails', async () => {
       const { store, now, grant, code } = await openWithCode();
       const first = makeRefresh(grant, now, MINUTE * 2);
-      assert.equal(await store.consumeCode(code.digest, now, first), true);
+      assert.equal(await store.consumeCode(code.digest, now, now + ACCESS_TOKEN_MS, first), true);
       const second = makeRefresh(grant, now + 1000, MINUTE * 3);
       assert.equal(await store.rotateRefreshToken(first.digest, second, now + 1000), true);
       const grantExpiry = async (): Promise<number | undefined> => {
@@ -397,7 +399,7 @@ function storeSuite(name: string, backend: () => Backend): void {
     it('lets exactly one of 50 concurrent rotations of one token win, leaving one new active token', async () => {
       const { store, now, grant, code } = await openWithCode();
       const first = makeRefresh(grant, now);
-      assert.equal(await store.consumeCode(code.digest, now, first), true);
+      assert.equal(await store.consumeCode(code.digest, now, now + ACCESS_TOKEN_MS, first), true);
       const candidates = Array.from({ length: 50 }, () => makeRefresh(grant, now + 1000));
       const results = await Promise.all(candidates.map((next) => store.rotateRefreshToken(first.digest, next, now + 1000)));
       assert.equal(results.filter(Boolean).length, 1);
@@ -410,18 +412,18 @@ function storeSuite(name: string, backend: () => Backend): void {
     it('revokes a grant with its codes and live refresh tokens', async () => {
       const { store, now, grant, code } = await openWithCode();
       const token = makeRefresh(grant, now);
-      assert.equal(await store.consumeCode(code.digest, now, token), true);
+      assert.equal(await store.consumeCode(code.digest, now, now + ACCESS_TOKEN_MS, token), true);
       const other = makeGrant(now);
       const otherCode = makeCode(other, now);
       const otherToken = makeRefresh(other, now);
       await store.createGrantWithCode(other, otherCode);
-      assert.equal(await store.consumeCode(otherCode.digest, now, otherToken), true);
+      assert.equal(await store.consumeCode(otherCode.digest, now, now + ACCESS_TOKEN_MS, otherToken), true);
 
       await store.revokeGrant(grant.id);
       await assertNoGrant(store, grant, now);
       assert.deepEqual(await store.findRefreshToken(token.grantId, token.digest, now), { status: 'unknown' });
       assert.deepEqual(await store.findCode(code.digest, now), { status: 'unknown' }, 'a used code goes with its grant');
-      assert.equal(await store.consumeCode(code.digest, now), false);
+      assert.equal(await store.consumeCode(code.digest, now, now + ACCESS_TOKEN_MS), false);
       assert.equal(await store.rotateRefreshToken(token.digest, makeRefresh(grant, now), now), false);
       assert.equal((await store.findRefreshToken(otherToken.grantId, otherToken.digest, now)).status, 'active', 'other grants untouched');
       assert.deepEqual(await store.findCode(otherCode.digest, now), { status: 'used', code: otherCode });
@@ -433,7 +435,7 @@ function storeSuite(name: string, backend: () => Backend): void {
       const { store, now, grant, code } = await openWithCode();
       await store.revokeGrant(grant.id);
       assert.notEqual((await store.findCode(code.digest, now)).status, 'active');
-      assert.equal(await store.consumeCode(code.digest, now), false);
+      assert.equal(await store.consumeCode(code.digest, now, now + ACCESS_TOKEN_MS), false);
     });
 
     it('runs the device flow: poll, approve, redeem once', async () => {
@@ -631,13 +633,13 @@ function storeSuite(name: string, backend: () => Backend): void {
       await store.createGrantWithCode(oldGrant, oldCode);
       const oldUsedCode = makeCode(oldGrant, past, { expiresAt: past + MINUTE });
       await store.createGrantWithCode(makeGrant(past, { expiresAt: now + MINUTE }), { ...oldUsedCode, grantId: oldGrant.id });
-      assert.equal(await store.consumeCode(oldUsedCode.digest, past), true);
+      assert.equal(await store.consumeCode(oldUsedCode.digest, past, past + ACCESS_TOKEN_MS), true);
 
       const liveGrant = makeGrant(past, { expiresAt: now + MINUTE });
       const usedCode = makeCode(liveGrant, past, { expiresAt: past + MINUTE });
       await store.createGrantWithCode(liveGrant, usedCode);
       const expiredToken = makeRefresh(liveGrant, past, MINUTE);
-      assert.equal(await store.consumeCode(usedCode.digest, past, expiredToken), true);
+      assert.equal(await store.consumeCode(usedCode.digest, past, past + ACCESS_TOKEN_MS, expiredToken), true);
       const liveToken = makeRefresh(liveGrant, now, MINUTE / 2);
       assert.equal(await store.rotateRefreshToken(expiredToken.digest, liveToken, past), true);
       const expiredCode = makeCode(liveGrant, past, { expiresAt: now - 1 });
@@ -777,7 +779,7 @@ describe('sqlite', () => {
     const code = makeCode(grant, now);
     const token = makeRefresh(grant, now);
     await first.createGrantWithCode(grant, code);
-    assert.equal(await first.consumeCode(code.digest, now, token), true);
+    assert.equal(await first.consumeCode(code.digest, now, now + ACCESS_TOKEN_MS, token), true);
     const second = new SqliteStore(file);
     assert.deepEqual(byKid(await second.loadOrCreateKeys(makeKeys(now))), byKid(keys));
     assert.equal(await second.rotateRefreshToken(token.digest, makeRefresh(grant, now), now), true);
@@ -1003,14 +1005,14 @@ if (POSTGRES_URL === undefined) {
           const exchanged = makeCode(grant, now);
           await first.createGrantWithCode(grant, exchanged);
           const token = makeRefresh(grant, now);
-          assert.equal(await second.consumeCode(exchanged.digest, now, token), true);
+          assert.equal(await second.consumeCode(exchanged.digest, now, now + ACCESS_TOKEN_MS, token), true);
           const results = await Promise.all(
             Array.from({ length: 40 }, (_, index) => (index % 2 === 0 ? first : second).rotateRefreshToken(token.digest, makeRefresh(grant, now), now)),
           );
           assert.equal(results.filter(Boolean).length, 1);
           const code = makeCode(grant, now);
           await second.createGrantWithCode(makeGrant(now, { id: randomId('g') }), { ...code, grantId: grant.id });
-          const consumed = await Promise.all(Array.from({ length: 20 }, (_, index) => (index % 2 === 0 ? first : second).consumeCode(code.digest, now)));
+          const consumed = await Promise.all(Array.from({ length: 20 }, (_, index) => (index % 2 === 0 ? first : second).consumeCode(code.digest, now, now + ACCESS_TOKEN_MS)));
           assert.equal(consumed.filter(Boolean).length, 1);
         }
       } finally {

@@ -10,7 +10,7 @@ export interface Step {
 
 /**
  * A state change of several statements, run in order in one transaction. When a guard step changes no row (or
- * more than one), nothing of the script is kept and it answers false: this is how "only if still active" is
+ * more than one), nothing of the script is kept and it answers undefined: this is how "only if still active" is
  * written, e.g. rotate = [mark the old token rotated (guard), add the new one, extend the grant].
  */
 export interface Script {
@@ -33,7 +33,7 @@ export interface Driver {
   read<R>(statement: Statement, values: readonly unknown[]): Promise<R[]>;
   /** Runs one writing statement on its own (atomic by itself); resolves once committed. */
   write<R = never>(statement: Statement, values: readonly unknown[]): Promise<Written<R>>;
-  /** Runs a script in one transaction; true when every guard held and it committed. */
-  script(script: Script): Promise<boolean>;
+  /** Runs a script in one transaction; once every guard held and it committed, the rows each step changed. */
+  script(script: Script): Promise<readonly number[] | undefined>;
   close(): Promise<void>;
 }

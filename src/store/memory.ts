@@ -1,10 +1,22 @@
-import { DEVICE_EXPIRY_SLACK_MS, grantExtension, oldestKeyFirst } from './rules.js';
+import {
+  DEVICE_EXPIRY_SLACK_MS,
+  extendedExpiry,
+  grantExtension,
+  grantKeptUntil,
+  grantLives,
+  grantMatches,
+  oldestGrantFirst,
+  oldestKeyFirst,
+  type GrantExtension,
+} from './rules.js';
 import type {
   AuthorizationCodeRecord,
   CodeLookup,
   DeviceAuthorizationRecord,
   FederationStateRecord,
   Grant,
+  GrantFilter,
+  GrantSummary,
   LoginRequestRecord,
   RefreshLookup,
   RefreshTokenRecord,
@@ -55,6 +67,8 @@ export class MemoryStore implements Store {
   /** userCode -> deviceCodeDigest. */
   readonly #userCodes = new Map<string, string>();
   readonly #sessions = new Map<string, SessionRecord>();
+  /** jti -> when the token expires. */
+  readonly #revokedAccessTokens = new Map<string, number>();
   readonly #loginRequests = new Map<string, JsonEntry>();
   readonly #federationStates = new Map<string, FederationStateRecord>();
   readonly #subjectClaims = new Map<string, JsonEntry>();
@@ -67,10 +81,66 @@ export class MemoryStore implements Store {
     return [...this.#keys];
   }
 
+  async listKeys(): Promise<StoredKey[]> {
+    return [...(this.#keys ?? [])];
+  }
+
+  async addKeys(keys: readonly StoredKey[]): Promise<void> {
+    const stored = this.#keys ?? [];
+    const kids = new Set(stored.map((key) => key.kid));
+    for (const key of keys) {
+      if (kids.has(key.kid)) throw new Error('key id already exists');
+      kids.add(key.kid);
+    }
+    this.#keys = [...stored, ...keys.map((key) => Object.freeze({ ...key }))].sort(oldestKeyFirst);
+  }
+
+  async retireKey(kid: string, now: number): Promise<boolean> {
+    const index = this.#keys?.findIndex((key) => key.kid === kid) ?? -1;
+    const key = this.#keys?.[index];
+    if (this.#keys === undefined || key === undefined || key.retiredAt !== undefined) return false;
+    this.#keys[index] = Object.freeze({ ...key, retiredAt: now });
+    return true;
+  }
+
   async revokeGrant(grantId: string): Promise<void> {
     this.#grants.delete(grantId);
     for (const [digest, entry] of this.#codes) if (entry.record.grantId === grantId) this.#codes.delete(digest);
     for (const [digest, entry] of this.#refreshTokens) if (entry.record.grantId === grantId) this.#refreshTokens.delete(digest);
+  }
+
+  async findGrant(grantId: string, now: number): Promise<Grant | undefined> {
+    const grant = this.#grants.get(grantId);
+    return grant !== undefined && grantLives(grant, now) ? grant : undefined;
+  }
+
+  async listGrants(filter: GrantFilter, now: number): Promise<GrantSummary[]> {
+    const lastRefresh = new Map<string, number>();
+    for (const { record } of this.#refreshTokens.values()) {
+      lastRefresh.set(record.grantId, Math.max(record.issuedAt, lastRefresh.get(record.grantId) ?? -Infinity));
+    }
+    return [...this.#grants.values()]
+      .filter((grant) => grantLives(grant, now) && grantMatches(grant, filter))
+      .sort(oldestGrantFirst)
+      .map((grant) => {
+        const lastRefreshAt = lastRefresh.get(grant.id);
+        return lastRefreshAt === undefined ? { grant } : { grant, lastRefreshAt };
+      });
+  }
+
+  async revokeGrants(filter: GrantFilter): Promise<number> {
+    const matching = [...this.#grants.values()].filter((grant) => grantMatches(grant, filter));
+    for (const grant of matching) await this.revokeGrant(grant.id);
+    return matching.length;
+  }
+
+  async revokeAccessToken(jti: string, expiresAt: number): Promise<void> {
+    if (!this.#revokedAccessTokens.has(jti)) this.#revokedAccessTokens.set(jti, expiresAt);
+  }
+
+  async isAccessTokenRevoked(jti: string, now: number): Promise<boolean> {
+    const expiresAt = this.#revokedAccessTokens.get(jti);
+    return expiresAt !== undefined && expiresAt > now;
   }
 
   async createGrantWithCode(grant: Grant, code: AuthorizationCodeRecord): Promise<void> {
@@ -89,12 +159,14 @@ export class MemoryStore implements Store {
     return entry.record.expiresAt > now ? { status: 'active', code: entry.record, grant } : { status: 'unknown' };
   }
 
-  async consumeCode(digest: string, now: number, firstRefresh?: RefreshTokenRecord): Promise<boolean> {
+  async consumeCode(digest: string, now: number, grantUntil: number, firstRefresh?: RefreshTokenRecord): Promise<boolean> {
     const entry = this.#codes.get(digest);
     if (entry === undefined || entry.used || entry.record.expiresAt <= now) return false;
     if (firstRefresh !== undefined && this.#refreshTokens.has(firstRefresh.digest)) throw new Error('refresh token digest already exists');
     entry.used = true;
     if (firstRefresh !== undefined) this.#insertRefreshToken(firstRefresh);
+    // After the refresh token's extension, as the SQL stores do: the grant lives until the later of the two.
+    this.#extendGrant(entry.record.grantId, grantKeptUntil(grantUntil));
     return true;
   }
 
@@ -110,11 +182,14 @@ export class MemoryStore implements Store {
   /** Adds an active token and extends its grant to outlive it (rules.ts). */
   #insertRefreshToken(token: RefreshTokenRecord): void {
     this.#refreshTokens.set(token.digest, { record: Object.freeze({ ...token }), status: 'active' });
-    const extension = grantExtension(token);
-    const grant = this.#grants.get(extension.grantId);
-    if (grant !== undefined && grant.expiresAt < extension.before) {
-      this.#grants.set(grant.id, Object.freeze({ ...grant, expiresAt: extension.expiresAt }));
-    }
+    this.#extendGrant(token.grantId, grantExtension(token));
+  }
+
+  #extendGrant(grantId: string, extension: GrantExtension): void {
+    const grant = this.#grants.get(grantId);
+    if (grant === undefined) return;
+    const expiresAt = extendedExpiry(grant.expiresAt, extension);
+    if (expiresAt !== grant.expiresAt) this.#grants.set(grant.id, Object.freeze({ ...grant, expiresAt }));
   }
 
   async rotateRefreshToken(oldDigest: string, next: RefreshTokenRecord, now: number): Promise<boolean> {
@@ -199,6 +274,17 @@ export class MemoryStore implements Store {
     this.#sessions.delete(digest);
   }
 
+  async deleteSessionsOf(subject: string): Promise<number> {
+    let ended = 0;
+    for (const [digest, session] of this.#sessions) {
+      if (session.subject === subject) {
+        this.#sessions.delete(digest);
+        ended += 1;
+      }
+    }
+    return ended;
+  }
+
   async saveLoginRequest(record: LoginRequestRecord): Promise<void> {
     if (this.#loginRequests.has(record.id)) throw new Error('login request id already exists');
     this.#loginRequests.set(record.id, { json: JSON.stringify(record), expiresAt: record.expiresAt });
@@ -276,6 +362,7 @@ export class MemoryStore implements Store {
         if (this.#userCodes.get(record.userCode) === digest) this.#userCodes.delete(record.userCode);
       }
     }
+    for (const [jti, expiresAt] of this.#revokedAccessTokens) if (expiresAt < now) this.#revokedAccessTokens.delete(jti);
     for (const [digest, session] of this.#sessions) if (session.expiresAt < now) this.#sessions.delete(digest);
     for (const entries of [this.#loginRequests, this.#federationStates, this.#subjectClaims]) {
       for (const [key, entry] of entries) if (entry.expiresAt < now) entries.delete(key);

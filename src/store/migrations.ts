@@ -158,6 +158,24 @@ export const MIGRATIONS: readonly Migration[] = [
       'CREATE INDEX authorization_codes_unused_expires_at ON authorization_codes (expires_at) WHERE used = FALSE',
     ],
   },
+  {
+    version: 4,
+    description:
+      'token lifecycle: keys can be retired, revoked client_credentials access tokens are kept until they expire, ' +
+      'grants are found by user and by client, sessions by user',
+    statements: (dialect) => [
+      'ALTER TABLE keys ADD COLUMN retired_at BIGINT',
+      `CREATE TABLE revoked_access_tokens (
+        jti TEXT PRIMARY KEY,
+        expires_at BIGINT NOT NULL
+      )${dialect.keyOnlyTable}`,
+      'CREATE INDEX revoked_access_tokens_expires_at ON revoked_access_tokens (expires_at)',
+      // `pinpoint grants list|revoke --user/--client` and the end of a user's sessions (DESIGN.md §2).
+      'CREATE INDEX grants_subject ON grants (subject)',
+      'CREATE INDEX grants_client_id ON grants (client_id)',
+      'CREATE INDEX sessions_subject ON sessions (subject)',
+    ],
+  },
 ];
 
 const MIGRATIONS_TABLE = 'CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at BIGINT NOT NULL)';

@@ -135,9 +135,12 @@ class PostgresDriver implements Driver {
     return { changes: result.rowCount ?? 0, rows: result.rows };
   }
 
-  async script({ steps, alone = false }: Script): Promise<boolean> {
+  async script({ steps, alone = false }: Script): Promise<readonly number[] | undefined> {
     const [only] = steps;
-    if (steps.length === 1 && only !== undefined && !alone) return guardHolds(only, (await this.write(only.statement, only.values)).changes);
+    if (steps.length === 1 && only !== undefined && !alone) {
+      const { changes } = await this.write(only.statement, only.values);
+      return guardHolds(only, changes) ? [changes] : undefined;
+    }
     let commitSent = false;
     return this.#withClient(
       async (client) => {
@@ -145,15 +148,18 @@ class PostgresDriver implements Driver {
         await client.query('BEGIN');
         try {
           if (alone) await client.query(POSTGRES_TRANSACTION_LOCK, [ALONE_LOCK]);
+          const changed: number[] = [];
           for (const step of steps) {
-            if (!guardHolds(step, (await query(client, step.statement, step.values)).rowCount ?? 0)) {
+            const changes = (await query(client, step.statement, step.values)).rowCount ?? 0;
+            if (!guardHolds(step, changes)) {
               await client.query('ROLLBACK');
-              return false;
+              return undefined;
             }
+            changed.push(changes);
           }
           commitSent = true;
           await client.query('COMMIT');
-          return true;
+          return changed;
         } catch (error) {
           if (!commitSent) await client.query('ROLLBACK').catch(() => undefined);
           throw error;

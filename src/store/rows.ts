@@ -6,6 +6,7 @@ import type {
   DeviceStatus,
   FederationStateRecord,
   Grant,
+  GrantSummary,
   LoginPurpose,
   LoginRequestRecord,
   RefreshLookup,
@@ -51,6 +52,17 @@ export function grantFromRow(row: GrantRow): Grant | undefined {
   };
 }
 
+export interface GrantSummaryRow extends GrantRow {
+  last_refresh_at: Numeric | null;
+}
+
+/** A row of listGrants: a live grant and when its newest refresh token was issued. */
+export function grantSummaryFromRow(row: GrantSummaryRow): GrantSummary | undefined {
+  const grant = grantFromRow(row);
+  if (grant === undefined) return undefined;
+  return row.last_refresh_at === null ? { grant } : { grant, lastRefreshAt: Number(row.last_refresh_at) };
+}
+
 /** Insert parameters, in the column order of the grants table. */
 export const grantParams = (grant: Grant): unknown[] => [
   grant.id,
@@ -69,16 +81,18 @@ export interface KeyRow {
   alg: string;
   private_jwk: string;
   created_at: Numeric;
+  retired_at: Numeric | null;
 }
 
 /** Insert parameters, in the column order of the keys table. */
-export const keyParams = (key: StoredKey): unknown[] => [key.kid, key.alg, key.privateJwk, key.createdAt];
+export const keyParams = (key: StoredKey): unknown[] => [key.kid, key.alg, key.privateJwk, key.createdAt, key.retiredAt ?? null];
 
 export const keyFromRow = (row: KeyRow): StoredKey => ({
   kid: row.kid,
   alg: row.alg === 'RS256' ? 'RS256' : 'ES256',
   privateJwk: row.private_jwk,
   createdAt: Number(row.created_at),
+  ...(row.retired_at === null ? {} : { retiredAt: Number(row.retired_at) }),
 });
 
 export interface CodeRow extends GrantRow {

@@ -1,5 +1,5 @@
 /** Decisions every store makes alike, memory and SQL: written once here, applied by memory.ts and by the SQL of sql.ts. */
-import type { RefreshTokenRecord, StoredKey } from './types.js';
+import type { Grant, GrantFilter, RefreshTokenRecord, StoredKey } from './types.js';
 
 /** How long a grant outlives its last refresh token: the grant's row is rewritten at most once per this, per grant. */
 export const GRANT_EXPIRY_SLACK_MS = 24 * 3_600_000;
@@ -7,20 +7,37 @@ export const GRANT_EXPIRY_SLACK_MS = 24 * 3_600_000;
 /** Device records stay this long after expiry so polling still answers expired_token (RFC 8628 §3.5). */
 export const DEVICE_EXPIRY_SLACK_MS = 10 * 60_000;
 
-/** What a new refresh token does to its grant: a grant that would expire before `before` now expires at `expiresAt`. */
+/** What a write does to its grant's expiry: a grant that would expire before `before` now expires at `expiresAt`. */
 export interface GrantExtension {
-  readonly grantId: string;
   readonly before: number;
   readonly expiresAt: number;
 }
 
 /** The grant-expiry rule (types.ts Grant.expiresAt): a grant outlives each of its refresh tokens by GRANT_EXPIRY_SLACK_MS. */
 export const grantExtension = (token: RefreshTokenRecord): GrantExtension => ({
-  grantId: token.grantId,
   before: token.expiresAt,
   expiresAt: token.expiresAt + GRANT_EXPIRY_SLACK_MS,
 });
 
-/** The order loadOrCreateKeys answers in: oldest first, then by kid (code unit order). */
-export const oldestKeyFirst = (a: StoredKey, b: StoredKey): number =>
-  a.createdAt - b.createdAt || (a.kid < b.kid ? -1 : a.kid > b.kid ? 1 : 0);
+/** A code exchange keeps its grant at least until its access token expires, so /introspect finds it (DESIGN.md §8). */
+export const grantKeptUntil = (grantUntil: number): GrantExtension => ({ before: grantUntil, expiresAt: grantUntil });
+
+/** A grant's expiry after `extension`: extended or left alone, never shortened (the SQL: `expires_at < before`). */
+export const extendedExpiry = (expiresAt: number, extension: GrantExtension): number =>
+  expiresAt < extension.before ? extension.expiresAt : expiresAt;
+
+/** The grant-liveness rule: a grant lives while `now` is before its expiry (the SQL: `expires_at > now`). */
+export const grantLives = (grant: Grant, now: number): boolean => grant.expiresAt > now;
+
+/** Whether `grant` is one of those `filter` names (the SQL: sql.ts GRANT_FILTERS). */
+export const grantMatches = (grant: Grant, filter: GrantFilter): boolean =>
+  (filter.subject === undefined || grant.subject === filter.subject) && (filter.clientId === undefined || grant.clientId === filter.clientId);
+
+/** Code unit order, the same in every store (a database's collation may differ). */
+const byCodeUnits = (a: string, b: string): number => (a < b ? -1 : a > b ? 1 : 0);
+
+/** The order listKeys and loadOrCreateKeys answer in: oldest first, then by kid. */
+export const oldestKeyFirst = (a: StoredKey, b: StoredKey): number => a.createdAt - b.createdAt || byCodeUnits(a.kid, b.kid);
+
+/** The order listGrants answers in: oldest first, then by id. */
+export const oldestGrantFirst = (a: Grant, b: Grant): number => a.createdAt - b.createdAt || byCodeUnits(a.id, b.id);

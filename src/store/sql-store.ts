@@ -1,5 +1,5 @@
 import { setImmediate as yieldToRequests } from 'node:timers/promises';
-import type { Driver, Step } from './driver.js';
+import type { Driver, Script, Step } from './driver.js';
 import {
   codeLookupFromRow,
   codeParams,
@@ -7,7 +7,9 @@ import {
   deviceParams,
   federationStateFromRow,
   federationStateParams,
+  grantFromRow,
   grantParams,
+  grantSummaryFromRow,
   keyFromRow,
   keyParams,
   loginRequestFromRow,
@@ -19,19 +21,23 @@ import {
   type CodeRow,
   type DeviceRow,
   type FederationStateRow,
+  type GrantRow,
+  type GrantSummaryRow,
   type KeyRow,
   type LoginRequestRow,
   type RefreshRow,
   type SessionRow,
 } from './rows.js';
-import { DEVICE_EXPIRY_SLACK_MS, grantExtension, oldestKeyFirst } from './rules.js';
-import { SQL, SWEEP_BATCH, type Statement } from './sql.js';
+import { DEVICE_EXPIRY_SLACK_MS, grantExtension, grantKeptUntil, oldestGrantFirst, oldestKeyFirst } from './rules.js';
+import { grantQueries, REVOKE_BATCH, SQL, SWEEP_BATCH, type Statement } from './sql.js';
 import type {
   AuthorizationCodeRecord,
   CodeLookup,
   DeviceAuthorizationRecord,
   FederationStateRecord,
   Grant,
+  GrantFilter,
+  GrantSummary,
   LoginRequestRecord,
   RefreshLookup,
   RefreshTokenRecord,
@@ -48,8 +54,14 @@ function addRefreshToken(token: RefreshTokenRecord): Step[] {
   const extension = grantExtension(token);
   return [
     step(SQL.insertRefreshToken, refreshTokenParams(token)),
-    step(SQL.extendGrant, [extension.grantId, extension.expiresAt, extension.before]),
+    step(SQL.extendGrant, [token.grantId, extension.expiresAt, extension.before]),
   ];
+}
+
+/** Deletes the grants `ids` (at most REVOKE_BATCH) with their codes and refresh tokens; the grants step comes first. */
+function deleteGrants(ids: readonly string[]): Step[] {
+  const values = Array.from({ length: REVOKE_BATCH }, (_, i) => ids[i] ?? null);
+  return [step(SQL.deleteGrantsIn, values), step(SQL.deleteCodesOfGrantsIn, values), step(SQL.deleteRefreshTokensOfGrantsIn, values)];
 }
 
 /** Sweep statements in order, each with how its cutoff follows from `now`: a grant's codes and tokens go before it. */
@@ -60,6 +72,7 @@ const SWEEPS: readonly (readonly [Statement, (now: number) => number])[] = [
   [SQL.sweepRefreshTokensOfExpiredGrants, (now) => now],
   [SQL.sweepGrants, (now) => now],
   [SQL.sweepDevices, (now) => now - DEVICE_EXPIRY_SLACK_MS],
+  [SQL.sweepRevokedAccessTokens, (now) => now],
   [SQL.sweepSessions, (now) => now],
   [SQL.sweepLoginRequests, (now) => now],
   [SQL.sweepFederationStates, (now) => now],
@@ -87,7 +100,19 @@ export class SqlStore implements Store {
         steps: [step(SQL.insertFirstKey, keyParams(first), true), ...rest.map((key) => step(SQL.insertKey, keyParams(key)))],
       });
     }
+    return this.listKeys();
+  }
+
+  async listKeys(): Promise<StoredKey[]> {
     return (await this.#driver.read<KeyRow>(SQL.selectKeys, [])).map(keyFromRow).sort(oldestKeyFirst);
+  }
+
+  async addKeys(keys: readonly StoredKey[]): Promise<void> {
+    await this.#driver.script({ steps: keys.map((key) => step(SQL.insertKey, keyParams(key))) });
+  }
+
+  async retireKey(kid: string, now: number): Promise<boolean> {
+    return (await this.#driver.write(SQL.retireKey, [kid, now])).changes === 1;
   }
 
   async revokeGrant(grantId: string): Promise<void> {
@@ -100,6 +125,43 @@ export class SqlStore implements Store {
     });
   }
 
+  async findGrant(grantId: string, now: number): Promise<Grant | undefined> {
+    const [row] = await this.#driver.read<GrantRow>(SQL.findGrant, [grantId, now]);
+    return row === undefined ? undefined : grantFromRow(row);
+  }
+
+  async listGrants(filter: GrantFilter, now: number): Promise<GrantSummary[]> {
+    const { list, values } = grantQueries(filter);
+    const rows = await this.#driver.read<GrantSummaryRow>(list, [now, ...values]);
+    return rows
+      .flatMap((row) => grantSummaryFromRow(row) ?? [])
+      .sort((a, b) => oldestGrantFirst(a.grant, b.grant));
+  }
+
+  async revokeGrants(filter: GrantFilter): Promise<number> {
+    const { ids: nextIds, values } = grantQueries(filter);
+    let revoked = 0;
+    let after = '';
+    for (;;) {
+      const ids = (await this.#driver.read<{ id: string }>(nextIds, [after, ...values])).map((row) => row.id);
+      const last = ids.at(-1);
+      if (last === undefined) return revoked;
+      // One short transaction per batch: a grant revoked meanwhile (by /revoke, say) is simply not counted.
+      revoked += (await this.#driver.script({ steps: deleteGrants(ids) }))?.[0] ?? 0;
+      if (ids.length < REVOKE_BATCH) return revoked;
+      after = last;
+      await yieldToRequests();
+    }
+  }
+
+  async revokeAccessToken(jti: string, expiresAt: number): Promise<void> {
+    await this.#driver.write(SQL.revokeAccessToken, [jti, expiresAt]);
+  }
+
+  async isAccessTokenRevoked(jti: string, now: number): Promise<boolean> {
+    return (await this.#driver.read(SQL.isAccessTokenRevoked, [jti, now])).length > 0;
+  }
+
   async createGrantWithCode(grant: Grant, code: AuthorizationCodeRecord): Promise<void> {
     await this.#driver.script({ steps: [step(SQL.insertGrant, grantParams(grant)), step(SQL.insertCode, codeParams(code))] });
   }
@@ -109,9 +171,15 @@ export class SqlStore implements Store {
     return codeLookupFromRow(row, now);
   }
 
-  async consumeCode(digest: string, now: number, firstRefresh?: RefreshTokenRecord): Promise<boolean> {
-    return this.#driver.script({
-      steps: [step(SQL.consumeCode, [digest, now], true), ...(firstRefresh === undefined ? [] : addRefreshToken(firstRefresh))],
+  async consumeCode(digest: string, now: number, grantUntil: number, firstRefresh?: RefreshTokenRecord): Promise<boolean> {
+    const kept = grantKeptUntil(grantUntil);
+    // After the refresh token's extension, so the grant lives until the later of the two.
+    return this.#holds({
+      steps: [
+        step(SQL.consumeCode, [digest, now], true),
+        ...(firstRefresh === undefined ? [] : addRefreshToken(firstRefresh)),
+        step(SQL.extendGrantOfCode, [digest, kept.expiresAt, kept.before]),
+      ],
     });
   }
 
@@ -122,7 +190,7 @@ export class SqlStore implements Store {
 
   async rotateRefreshToken(oldDigest: string, next: RefreshTokenRecord, now: number): Promise<boolean> {
     // Nothing else is written when the old token was not active (RFC 9700 §4.14.2 reuse).
-    return this.#driver.script({ steps: [step(SQL.markRotated, [next.grantId, oldDigest, now], true), ...addRefreshToken(next)] });
+    return this.#holds({ steps: [step(SQL.markRotated, [next.grantId, oldDigest, now], true), ...addRefreshToken(next)] });
   }
 
   async createDeviceAuthorization(record: DeviceAuthorizationRecord): Promise<void> {
@@ -163,7 +231,7 @@ export class SqlStore implements Store {
     refresh: RefreshTokenRecord | undefined,
     now: number,
   ): Promise<boolean> {
-    return this.#driver.script({
+    return this.#holds({
       steps: [
         step(SQL.redeemDevice, [deviceCodeDigest, now], true),
         step(SQL.insertGrant, grantParams(grant)),
@@ -183,6 +251,10 @@ export class SqlStore implements Store {
 
   async deleteSession(digest: string): Promise<void> {
     await this.#driver.write(SQL.deleteSession, [digest]);
+  }
+
+  async deleteSessionsOf(subject: string): Promise<number> {
+    return (await this.#driver.write(SQL.deleteSessionsOf, [subject])).changes;
   }
 
   async saveLoginRequest(record: LoginRequestRecord): Promise<void> {
@@ -247,5 +319,10 @@ export class SqlStore implements Store {
 
   async close(): Promise<void> {
     await this.#driver.close();
+  }
+
+  /** Runs `script`; true when every guard held and it committed. */
+  async #holds(script: Script): Promise<boolean> {
+    return (await this.#driver.script(script)) !== undefined;
   }
 }

@@ -5,6 +5,7 @@
  */
 import { SKIP_LOCKED } from './dialect.js';
 import { DEVICE_COLUMNS, GRANT_COLUMNS } from './rows.js';
+import type { GrantFilter } from './types.js';
 
 export interface Statement {
   /** Unique: PostgreSQL prepares the statement under this name once per connection. */
@@ -21,21 +22,39 @@ const sweepBatch = (table: string, key: string, condition: string): string =>
 
 const EXPIRED_GRANTS = 'SELECT id FROM grants WHERE expires_at < $1';
 
+/** Grants per transaction when revoking by user or client: each takes its codes and refresh tokens with it. */
+export const REVOKE_BATCH = 100;
+
+/** `$1, $2, ... $REVOKE_BATCH`: the ids of one revocation batch, padded with NULL (which matches nothing). */
+const GRANT_ID_LIST = Array.from({ length: REVOKE_BATCH }, (_, i) => `$${i + 1}`).join(', ');
+
 const texts = {
   ping: 'SELECT 1',
 
-  selectKeys: 'SELECT kid, alg, private_jwk, created_at FROM keys',
+  selectKeys: 'SELECT kid, alg, private_jwk, created_at, retired_at FROM keys',
   // The gate of key creation: only into an empty table, so instances starting at once keep the first one's keys.
-  insertFirstKey: 'INSERT INTO keys (kid, alg, private_jwk, created_at) SELECT $1, $2, $3, CAST($4 AS BIGINT) WHERE NOT EXISTS (SELECT 1 FROM keys)',
-  insertKey: 'INSERT INTO keys (kid, alg, private_jwk, created_at) VALUES ($1, $2, $3, $4)',
+  insertFirstKey: `INSERT INTO keys (kid, alg, private_jwk, created_at, retired_at)
+    SELECT $1, $2, $3, CAST($4 AS BIGINT), CAST($5 AS BIGINT) WHERE NOT EXISTS (SELECT 1 FROM keys)`,
+  insertKey: 'INSERT INTO keys (kid, alg, private_jwk, created_at, retired_at) VALUES ($1, $2, $3, $4, $5)',
+  retireKey: 'UPDATE keys SET retired_at = $2 WHERE kid = $1 AND retired_at IS NULL',
 
   insertGrant:
     'INSERT INTO grants (id, client_id, subject, scope, resources, claims, auth_time, created_at, expires_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)',
   // rules.ts grantExtension: $1 grant, $2 new expiry, $3 the expiry it must be before.
   extendGrant: 'UPDATE grants SET expires_at = $2 WHERE id = $1 AND expires_at < $3',
+  // rules.ts grantKeptUntil: $1 the code, $2 new expiry, $3 the expiry it must be before.
+  extendGrantOfCode: 'UPDATE grants SET expires_at = $2 WHERE id = (SELECT grant_id FROM authorization_codes WHERE digest = $1) AND expires_at < $3',
+  // rules.ts grantLives.
+  findGrant: `SELECT ${GRANT_COLUMNS} FROM grants g WHERE g.id = $1 AND g.expires_at > $2`,
   deleteGrant: 'DELETE FROM grants WHERE id = $1',
   deleteCodesOfGrant: 'DELETE FROM authorization_codes WHERE grant_id = $1',
   deleteRefreshTokensOfGrant: 'DELETE FROM refresh_tokens WHERE grant_id = $1',
+  deleteGrantsIn: `DELETE FROM grants WHERE id IN (${GRANT_ID_LIST})`,
+  deleteCodesOfGrantsIn: `DELETE FROM authorization_codes WHERE grant_id IN (${GRANT_ID_LIST})`,
+  deleteRefreshTokensOfGrantsIn: `DELETE FROM refresh_tokens WHERE grant_id IN (${GRANT_ID_LIST})`,
+
+  revokeAccessToken: 'INSERT INTO revoked_access_tokens (jti, expires_at) VALUES ($1, $2) ON CONFLICT (jti) DO NOTHING',
+  isAccessTokenRevoked: 'SELECT 1 AS revoked FROM revoked_access_tokens WHERE jti = $1 AND expires_at > $2',
 
   insertCode:
     'INSERT INTO authorization_codes (digest, grant_id, client_id, redirect_uri, code_challenge, nonce, expires_at) VALUES ($1, $2, $3, $4, $5, $6, $7)',
@@ -65,6 +84,7 @@ const texts = {
   insertSession: 'INSERT INTO sessions (digest, subject, claims, auth_time, expires_at) VALUES ($1, $2, $3, $4, $5)',
   findSession: 'SELECT digest, subject, claims, auth_time, expires_at FROM sessions WHERE digest = $1 AND expires_at > $2',
   deleteSession: 'DELETE FROM sessions WHERE digest = $1',
+  deleteSessionsOf: 'DELETE FROM sessions WHERE subject = $1',
 
   insertLoginRequest: 'INSERT INTO login_requests (id, purpose, browser, created_at, expires_at) VALUES ($1, $2, $3, $4, $5)',
   findLoginRequest: 'SELECT id, purpose, browser, created_at, expires_at FROM login_requests WHERE id = $1 AND expires_at > $2',
@@ -101,6 +121,7 @@ const texts = {
       AND NOT EXISTS (SELECT 1 FROM refresh_tokens r WHERE r.grant_id = grants.id)`,
   ),
   sweepDevices: sweepBatch('device_authorizations', 'device_code_digest', 'expires_at < $1'),
+  sweepRevokedAccessTokens: sweepBatch('revoked_access_tokens', 'jti', 'expires_at < $1'),
   sweepSessions: sweepBatch('sessions', 'digest', 'expires_at < $1'),
   sweepLoginRequests: sweepBatch('login_requests', 'id', 'expires_at < $1'),
   sweepFederationStates: sweepBatch('federation_states', 'state', 'expires_at < $1'),
@@ -108,7 +129,59 @@ const texts = {
   sweepAttempts: sweepBatch('attempts', 'attempt_key', 'window_ends_at <= $1'),
 };
 
+const named = <T extends Record<string, string>>(prefix: string, statements: T): { readonly [K in keyof T]: Statement } =>
+  Object.fromEntries(Object.entries(statements).map(([key, text]) => [key, { name: `pinpoint_${prefix}${key}`, text }])) as {
+    readonly [K in keyof T]: Statement;
+  };
+
 /** The statements, each named for PostgreSQL's per-connection prepared statements. */
-export const SQL = Object.fromEntries(Object.entries(texts).map(([key, text]) => [key, { name: `pinpoint_${key}`, text }])) as {
-  readonly [K in keyof typeof texts]: Statement;
-};
+export const SQL = named('', texts);
+
+/**
+ * A GrantFilter as a condition on `grants g`, its values from $2 on (rules.ts grantMatches): one statement per
+ * combination rather than `$2 IS NULL OR ...`, so each can use its index (grants_subject, grants_client_id).
+ */
+const GRANT_FILTERS = {
+  every: 'TRUE',
+  subject: 'g.subject = $2',
+  client: 'g.client_id = $2',
+  subjectAndClient: 'g.subject = $2 AND g.client_id = $3',
+} as const;
+
+type GrantFilterShape = keyof typeof GRANT_FILTERS;
+
+const byGrantFilter = (statement: (condition: string) => string): Record<GrantFilterShape, string> => ({
+  every: statement(GRANT_FILTERS.every),
+  subject: statement(GRANT_FILTERS.subject),
+  client: statement(GRANT_FILTERS.client),
+  subjectAndClient: statement(GRANT_FILTERS.subjectAndClient),
+});
+
+// rules.ts grantLives, with $1 now; the newest refresh token's issued_at read through refresh_tokens' primary key.
+const LIST_GRANTS = named(
+  'listGrants_',
+  byGrantFilter(
+    (condition) => `SELECT ${GRANT_COLUMNS}, (SELECT MAX(r.issued_at) FROM refresh_tokens r WHERE r.grant_id = g.id) AS last_refresh_at
+      FROM grants g WHERE g.expires_at > $1 AND ${condition}`,
+  ),
+);
+
+// The next revocation batch, by id after $1 (the last id of the previous batch), so every batch reads a new range.
+const GRANT_IDS = named(
+  'grantIds_',
+  byGrantFilter((condition) => `SELECT g.id FROM grants g WHERE g.id > $1 AND ${condition} ORDER BY g.id LIMIT ${REVOKE_BATCH}`),
+);
+
+/** The statements reading the grants `filter` names, and the filter's values (to follow $1). */
+export function grantQueries(filter: GrantFilter): { readonly list: Statement; readonly ids: Statement; readonly values: readonly string[] } {
+  const { subject, clientId } = filter;
+  const [shape, values]: [GrantFilterShape, string[]] =
+    subject !== undefined && clientId !== undefined
+      ? ['subjectAndClient', [subject, clientId]]
+      : subject !== undefined
+        ? ['subject', [subject]]
+        : clientId !== undefined
+          ? ['client', [clientId]]
+          : ['every', []];
+  return { list: LIST_GRANTS[shape], ids: GRANT_IDS[shape], values };
+}

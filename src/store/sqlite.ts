@@ -79,7 +79,7 @@ class SqliteDriver implements Driver {
   readonly description: string;
   readonly #db: Database.Database;
   readonly #prepared = new Map<Statement, Prepared>();
-  readonly #runScript: (script: Script) => true;
+  readonly #runScript: (script: Script) => number[];
   readonly #writeBatch: Database.Transaction<(writes: readonly PendingWrite[]) => WriteOutcome[]>;
   #pending: PendingWrite[] = [];
   readonly #checkpointer: Worker;
@@ -106,13 +106,13 @@ class SqliteDriver implements Driver {
       throw failure;
     }
     // Nested in the batch's transaction, a script is a savepoint: a failed guard or statement rolls back it alone.
-    this.#runScript = db.transaction((script: Script): true => {
-      for (const { statement, values, guard } of script.steps) {
+    this.#runScript = db.transaction((script: Script): number[] =>
+      script.steps.map(({ statement, values, guard }) => {
         const changes = this.#statement(statement, values, (prepared, bound) => prepared.run(...bound).changes);
         if (guard === true && changes !== 1) throw GUARD_FAILED;
-      }
-      return true;
-    });
+        return changes;
+      }),
+    );
     this.#writeBatch = db.transaction((writes: readonly PendingWrite[]): WriteOutcome[] =>
       writes.map((write) => {
         try {
@@ -146,13 +146,13 @@ class SqliteDriver implements Driver {
     );
   }
 
-  script(script: Script): Promise<boolean> {
+  script(script: Script): Promise<readonly number[] | undefined> {
     // alone: every batch is an IMMEDIATE transaction, which no other writer (nor process) runs beside.
     return this.#write(() => {
       try {
         return this.#runScript(script);
       } catch (error) {
-        if (error === GUARD_FAILED) return false;
+        if (error === GUARD_FAILED) return undefined;
         throw error;
       }
     });
