@@ -14,6 +14,7 @@ import { countFailure } from './http/failure-limit.js';
 import { LIMITS, parseParams } from './http/params.js';
 import { sendErrorPage, sendJsonError, toOAuthError } from './http/render-error.js';
 import { OAuthError } from './policy/oauth-error.js';
+import { consentRoutes } from './login/consent.js';
 import { devicePageRoutes } from './login/device-page.js';
 import { federationRoutes } from './login/federation.js';
 import { loginRoutes } from './login/routes.js';
@@ -147,6 +148,7 @@ export async function buildApp(options: BuildAppOptions): Promise<{ app: Fastify
       await scoped.register(deviceAuthorizationRoutes(ctx, store));
       await scoped.register(devicePageRoutes(ctx, store));
       await scoped.register(federationRoutes(ctx, store));
+      await scoped.register(consentRoutes(ctx, store));
       await scoped.register(logoutRoutes(ctx, store));
       await scoped.register(revocationRoutes(ctx, store));
       await scoped.register(introspectionRoutes(ctx, store));

@@ -26,12 +26,18 @@ export interface LoginStart {
   readonly signInPage: (loginId: string) => string;
 }
 
-/** Keeps `purpose` on the server and sends the browser to sign in. */
-export async function startLogin(start: LoginStart, request: FastifyRequest, reply: FastifyReply, purpose: LoginPurpose): Promise<FastifyReply> {
+/** Keeps `purpose` on the server and sends the browser to sign in (or to `page`, e.g. the consent page). */
+export async function startLogin(
+  start: LoginStart,
+  request: FastifyRequest,
+  reply: FastifyReply,
+  purpose: LoginPurpose,
+  page: (loginId: string) => string = start.signInPage,
+): Promise<FastifyReply> {
   const id = randomBytes(18).toString('base64url');
   const browser = browserBinding(start.cookies, request, reply);
   await start.store.saveLoginRequest({ id, purpose, browser, createdAt: start.now, expiresAt: start.now + LOGIN_REQUEST_LIFETIME_MS });
-  return pageHeaders(reply).redirect(start.signInPage(id), 303);
+  return pageHeaders(reply).redirect(page(id), 303);
 }
 
 export const expiredSignIn = (): OAuthError =>

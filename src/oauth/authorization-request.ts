@@ -86,7 +86,7 @@ export function validateAuthorizationRequest(
 
   const prompt = single(params, 'prompt');
   if (prompt !== undefined && prompt !== 'none' && prompt !== 'login' && prompt !== 'consent') {
-    return back(new OAuthError('invalid_request', 'prompt must be none or login'));
+    return back(new OAuthError('invalid_request', 'prompt must be none, login or consent'));
   }
   const maxAgeText = single(params, 'max_age');
   if (maxAgeText !== undefined && !/^\d{1,9}$/.test(maxAgeText)) {
@@ -106,7 +106,7 @@ export function validateAuthorizationRequest(
       codeChallenge,
       scope: scopeDecision.value,
       resources: resourceDecision.value,
-      prompt: prompt === 'none' || prompt === 'login' ? prompt : undefined,
+      prompt: prompt === 'none' || prompt === 'login' || prompt === 'consent' ? prompt : undefined,
       maxAge: maxAgeText === undefined ? undefined : Number(maxAgeText),
     },
   };

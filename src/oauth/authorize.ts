@@ -13,14 +13,17 @@ import { EMPTY_PARAMS, parseParams, queryOf, single, type Params } from '../http
 import { sendErrorPage } from '../http/render-error.js';
 import { currentSession } from '../http/session.js';
 import { OAuthError } from '../policy/oauth-error.js';
-import type { AuthorizationCodeStore, LoginRequestStore, PendingAuthorization, SessionRecord, SessionStore } from '../store/types.js';
+import type { AuthorizationCodeStore, ConsentStore, LoginRequestStore, PendingAuthorization, RegisteredClientStore, SessionRecord, SessionStore } from '../store/types.js';
+import type { ClientRecord } from '../config/types.js';
+import { consentCovers } from '../policy/consent.js';
 import { redirectUriMatches } from '../policy/redirect-uri.js';
 import { loopbackPortsOf, validateAuthorizationRequest } from './authorization-request.js';
 import { errorRedirect } from '../http/redirects.js';
 import { completeAuthorization } from './complete-authorization.js';
+import { UNUSED_REGISTRATION_MS } from './register.js';
 
 /** The state /authorize reads and changes. */
-export type AuthorizeStores = SessionStore & LoginRequestStore & AuthorizationCodeStore;
+export type AuthorizeStores = SessionStore & LoginRequestStore & AuthorizationCodeStore & ConsentStore & RegisteredClientStore;
 
 /** OIDC Core §3.1.2.1: whether `session` satisfies the request's prompt=login and max_age, for a request made at `askedAt`. */
 function sessionSatisfies(authorization: PendingAuthorization, session: SessionRecord, now: number, askedAt?: number): boolean {
@@ -31,10 +34,23 @@ function sessionSatisfies(authorization: PendingAuthorization, session: SessionR
 export function authorizeRoutes(ctx: AppContext, store: AuthorizeStores): FastifyPluginAsync {
   const loginStart = (): Parameters<typeof startLogin>[0] => ({ store, cookies: ctx.cookies, now: ctx.now(), signInPage: ctx.signInPage });
 
-  async function finish(request: FastifyRequest, reply: FastifyReply, authorization: PendingAuthorization, session: SessionRecord): Promise<FastifyReply> {
+  async function finish(request: FastifyRequest, reply: FastifyReply, authorization: PendingAuthorization, session: SessionRecord, client: ClientRecord): Promise<FastifyReply> {
     request.clientId = authorization.clientId;
     request.outcome = 'ok';
-    return pageHeaders(reply).redirect(await completeAuthorization(store, ctx.issuer, authorization, session, ctx.now()), 303);
+    const now = ctx.now();
+    const redirect = await completeAuthorization(store, ctx.issuer, authorization, session, now);
+    // A registered client lives while grants of it are made (DESIGN.md §9 clean-up); a grant lasts its refresh lifetime.
+    if (client.dynamic?.source === 'registration') {
+      await store.keepRegisteredClient(client.clientId, now + (client.refreshLifetimeMs ?? 0) + UNUSED_REGISTRATION_MS);
+    }
+    return pageHeaders(reply).redirect(redirect, 303);
+  }
+
+  /** DESIGN.md §8: a dynamic client needs the person's consent, remembered until a request asks more. */
+  async function consentDue(client: ClientRecord, authorization: PendingAuthorization, session: SessionRecord, askedAt: number): Promise<boolean> {
+    if (client.dynamic === undefined) return false;
+    const allowed = await store.findConsent(session.subject, client.clientId);
+    return !consentCovers(allowed, { scope: authorization.scope, resources: authorization.resources, promptConsent: authorization.prompt === 'consent', askedAt });
   }
 
   async function handle(request: FastifyRequest, reply: FastifyReply, params: Params): Promise<FastifyReply> {
@@ -69,8 +85,21 @@ export function authorizeRoutes(ctx: AppContext, store: AuthorizeStores): Fastif
       countAgainstAddress(ctx.failures, request.ip, ctx.now());
       return startLogin(loginStart(), request, reply, { kind: 'authorize', authorization });
     }
-    return finish(request, reply, authorization, session);
+    const client = resolution.found ? resolution.client : undefined;
+    if (client === undefined) return sendErrorPage(reply, expiredSignIn());
+    if (await consentDue(client, authorization, session, ctx.now())) {
+      if (authorization.prompt === 'none') {
+        request.outcome = 'consent_required';
+        const error = new OAuthError('consent_required', 'the person has not allowed this client yet');
+        return pageHeaders(reply).redirect(errorRedirect(ctx.issuer, authorization.redirectUri, error, authorization.state), 303);
+      }
+      countAgainstAddress(ctx.failures, request.ip, ctx.now());
+      return startLogin(loginStart(), request, reply, { kind: 'authorize', authorization }, consentPage);
+    }
+    return finish(request, reply, authorization, session, client);
   }
+
+  const consentPage = (loginId: string): string => `${ctx.config.basePath}/consent?login=${loginId}`;
 
   /** Continues a login request once the person has signed in, in the browser that started it. */
   async function resume(request: FastifyRequest, reply: FastifyReply): Promise<FastifyReply> {
@@ -91,9 +120,10 @@ export function authorizeRoutes(ctx: AppContext, store: AuthorizeStores): Fastif
     if (client === undefined || !redirectUriMatches(client.redirectUris, authorization.redirectUri, loopbackPortsOf(client))) {
       return sendErrorPage(reply, expiredSignIn());
     }
+    if (await consentDue(client, authorization, session, pending.createdAt)) return pageHeaders(reply).redirect(consentPage(pending.id), 303);
     // Taken once: a finished sign-in cannot be replayed into a second code.
     if ((await store.takeLoginRequest(pending.id, now)) === undefined) return sendErrorPage(reply, expiredSignIn());
-    return finish(request, reply, authorization, session);
+    return finish(request, reply, authorization, session, client);
   }
 
   return async (app) => {

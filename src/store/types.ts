@@ -210,7 +210,7 @@ export interface PendingAuthorization {
   readonly scope: readonly string[];
   /** Repeats counted once, first-appearance order (DESIGN.md §5). */
   readonly resources: readonly string[];
-  readonly prompt?: 'none' | 'login';
+  readonly prompt?: 'none' | 'login' | 'consent';
   /** Seconds (OIDC max_age). */
   readonly maxAge?: number;
 }
