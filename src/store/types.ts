@@ -128,8 +128,8 @@ export interface RefreshTokenRecord {
 
 export type RefreshLookup =
   | { readonly status: 'active'; readonly token: RefreshTokenRecord; readonly grant: Grant }
-  /** Already rotated: reuse, the caller revokes the grant (RFC 9700 §4.14.2). */
-  | { readonly status: 'rotated'; readonly grantId: string; readonly clientId: string }
+  /** Already rotated (at `rotatedAt`): reuse, unless within the client's refresh_reuse_grace (DESIGN.md §6). */
+  | { readonly status: 'rotated'; readonly grantId: string; readonly clientId: string; readonly rotatedAt: number }
   | { readonly status: 'unknown' };
 
 export interface RefreshTokenStore {
@@ -141,6 +141,12 @@ export interface RefreshTokenStore {
    * was no longer active.
    */
   rotateRefreshToken(oldDigest: string, next: RefreshTokenRecord, now: number): Promise<boolean>;
+  /**
+   * Adds a sibling refresh token to a live grant, extending it as a rotation does (the reuse grace of DESIGN.md §6:
+   * a just-rotated token presented again gets a fresh token of the same grant). False, nothing written, when the
+   * grant is gone or expired at `now`.
+   */
+  addRefreshToken(token: RefreshTokenRecord, now: number): Promise<boolean>;
 }
 
 export type DeviceStatus = 'pending' | 'approved' | 'denied' | 'redeemed';
