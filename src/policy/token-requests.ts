@@ -41,8 +41,15 @@ export type CodeState =
 
 export type RefreshState =
   | { readonly status: 'active'; readonly grant: GrantBounds }
-  | { readonly status: 'rotated'; readonly grantId: string; readonly clientId: string }
+  /** A rotated token its own client presents again within its refresh_reuse_grace (DESIGN.md §6): a sibling, no revocation. */
+  | { readonly status: 'within-grace'; readonly grant: GrantBounds }
+  | { readonly status: 'rotated'; readonly grantId: string; readonly clientId: string; readonly rotatedAt?: number }
   | { readonly status: 'unknown' };
+
+/** DESIGN.md §6: within `graceMs` after its rotation, a rotated token may be presented again by the same client. */
+export function withinReuseGrace(rotatedAt: number, graceMs: number, now: number): boolean {
+  return graceMs > 0 && now - rotatedAt <= graceMs;
+}
 
 /** A refusal, and the grant to revoke when the refusal is a detected replay (DESIGN.md §6). */
 export type TokenDecision<T> =
@@ -172,6 +179,7 @@ export function decideRefresh(input: {
   const { client, state } = input;
   if (state.status === 'unknown') return refuse(badRefreshToken());
   if (state.status === 'rotated') return refuse(badRefreshToken(), state.clientId === client.clientId ? state.grantId : undefined);
+  // A grant found through the grace is the client's own (the caller checked), and is judged like an active token's.
   if (state.grant.clientId !== client.clientId) return refuse(badRefreshToken());
   const grant = narrowGrant(state.grant, client, input.issuer, input.subjectExists);
   if (!grant.ok) return grant;

@@ -1,16 +1,20 @@
-/** grant_type=refresh_token (RFC 6749 §6) with rotation and reuse detection (RFC 9700 §4.14.2); the checks are policy/token-requests.ts. */
+/**
+ * grant_type=refresh_token (RFC 6749 §6) with rotation, reuse detection (RFC 9700 §4.14.2) and the per-client reuse
+ * grace of DESIGN.md §6; the checks are policy/token-requests.ts.
+ */
 import type { AppContext } from '../../context.js';
 import { newRefreshToken, refreshTokenKey } from '../../crypto/refresh-token.js';
 import { all, single } from '../../http/params.js';
 import type { Audience } from '../../policy/resource.js';
 import { parseScope } from '../../policy/scope.js';
-import { badRefreshToken, checkRefreshRequest, decideRefresh } from '../../policy/token-requests.js';
-import type { Grant, GrantStore, RefreshTokenRecord, RefreshTokenStore } from '../../store/types.js';
+import { badRefreshToken, checkRefreshRequest, decideRefresh, withinReuseGrace, type RefreshState } from '../../policy/token-requests.js';
+import type { Grant, GrantStore, RefreshLookup, RefreshTokenStore } from '../../store/types.js';
 import { issueTokens } from '../token-response.js';
 import { revokeReplayed, type GrantHandler } from './grant.js';
 
 interface ValidRefresh {
-  readonly token: RefreshTokenRecord;
+  /** The digest of the presented token, to rotate; absent for a token presented again within the grace. */
+  readonly rotate?: string;
   readonly grant: Grant;
   readonly scope: readonly string[];
   readonly audience: Audience;
@@ -18,6 +22,16 @@ interface ValidRefresh {
 }
 
 export function refreshTokenGrant(ctx: AppContext, store: RefreshTokenStore & GrantStore): GrantHandler<ValidRefresh> {
+  /** The state the policy judges: a rotated token of this client within its grace names its (live) grant. */
+  async function stateOf(lookup: RefreshLookup, clientId: string, graceMs: number, now: number): Promise<{ state: RefreshState; grant?: Grant }> {
+    if (lookup.status === 'active') return { state: lookup, grant: lookup.grant };
+    if (lookup.status === 'rotated' && lookup.clientId === clientId && withinReuseGrace(lookup.rotatedAt, graceMs, now)) {
+      const grant = await store.findGrant(lookup.grantId, now);
+      if (grant !== undefined) return { state: { status: 'within-grace', grant }, grant };
+    }
+    return { state: lookup };
+  }
+
   return {
     grantType: 'refresh_token',
 
@@ -28,22 +42,29 @@ export function refreshTokenGrant(ctx: AppContext, store: RefreshTokenStore & Gr
       const { presented, requestedScope } = shape.value;
       const key = refreshTokenKey(presented);
       if (key === undefined) return { ok: false, error: badRefreshToken() };
-      const state = await store.findRefreshToken(key.grantId, key.digest, now);
-      const subjectExists = state.status !== 'active' || ctx.isKnownSubject(state.grant.subject);
+      const lookup = await store.findRefreshToken(key.grantId, key.digest, now);
+      const { state, grant } = await stateOf(lookup, client.clientId, client.refreshReuseGraceMs, now);
+      const subjectExists = grant === undefined || ctx.isKnownSubject(grant.subject);
       const decision = decideRefresh({ client, issuer: ctx.issuer, state, requestedScope, requested, subjectExists });
-      if (!decision.ok || state.status !== 'active') return decision.ok ? { ok: false, error: badRefreshToken() } : decision;
+      if (!decision.ok) return decision;
+      if (grant === undefined) return { ok: false, error: badRefreshToken() };
       const { scope, audience } = decision.value;
-      return { ok: true, value: { token: state.token, grant: state.grant, scope, audience, lifetimeMs: shape.value.lifetimeMs } };
+      const rotate = lookup.status === 'active' ? lookup.token.digest : undefined;
+      return { ok: true, value: { ...(rotate !== undefined && { rotate }), grant, scope, audience, lifetimeMs: shape.value.lifetimeMs } };
     },
 
-    async respond(request, { token, grant, scope, audience, lifetimeMs }) {
+    async respond(request, { rotate, grant, scope, audience, lifetimeMs }) {
       const { client, now } = request;
       const next = newRefreshToken(grant.id, now, lifetimeMs);
-      if (!(await store.rotateRefreshToken(token.digest, next.record, now))) {
-        // Lost a race with a parallel refresh of the same token: that is reuse too (DESIGN.md §6).
-        await revokeReplayed(store, ctx.metrics, request, grant.id, 'refresh_token');
+      let stored = rotate === undefined ? await store.addRefreshToken(next.record, now) : await store.rotateRefreshToken(rotate, next.record, now);
+      // Lost a race with a parallel refresh of the same token, which rotated it just now: within a grace that is the
+      // case the grace exists for (a sibling of the same grant); without one it is reuse (DESIGN.md §6).
+      if (!stored && rotate !== undefined && client.refreshReuseGraceMs > 0) stored = await store.addRefreshToken(next.record, now);
+      if (!stored) {
+        if (rotate !== undefined && client.refreshReuseGraceMs === 0) await revokeReplayed(store, ctx.metrics, request, grant.id, 'refresh_token');
         throw badRefreshToken();
       }
+      if (rotate === undefined) request.log.info({ client_id: client.clientId, grant_id: grant.id }, 'rotated refresh token presented again within the reuse grace');
       return issueTokens(ctx, { client, grantId: grant.id, subject: grant.subject, audience, scope, authTime: grant.authTime, refreshToken: next.value }, now);
     },
   };
