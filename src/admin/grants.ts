@@ -1,5 +1,5 @@
 /** `pinpoint grants list | revoke` (DESIGN.md §2): what a person or client holds, and taking it back. */
-import type { GrantAdminStore, GrantFilter, GrantStore, SessionStore } from '../store/types.js';
+import type { GrantAdminStore, GrantFilter, GrantStore, RegisteredClientStore, SessionStore } from '../store/types.js';
 import type { Output } from './keys.js';
 
 const iso = (ms: number | undefined): string | undefined => (ms === undefined ? undefined : new Date(ms).toISOString());
@@ -28,8 +28,16 @@ export async function listGrants(store: GrantAdminStore, filter: GrantFilter, ou
 
 export type RevokeTarget = { readonly grantId: string } | GrantFilter;
 
-/** Revokes one grant, or every grant of a user (ending their sessions too) or of a client; prints the counts. */
-export async function revokeGrants(store: GrantStore & GrantAdminStore & SessionStore, target: RevokeTarget, out: Output, now = Date.now()): Promise<number> {
+/**
+ * Revokes one grant, or every grant of a user (ending their sessions too) or of a client (removing its registration
+ * too, when it registered itself: DESIGN.md §9); prints the counts.
+ */
+export async function revokeGrants(
+  store: GrantStore & GrantAdminStore & SessionStore & RegisteredClientStore,
+  target: RevokeTarget,
+  out: Output,
+  now = Date.now(),
+): Promise<number> {
   if ('grantId' in target) {
     const found = await store.findGrant(target.grantId, now);
     if (found !== undefined) await store.revokeGrant(target.grantId);
@@ -42,5 +50,6 @@ export async function revokeGrants(store: GrantStore & GrantAdminStore & Session
     const sessions = await store.deleteSessionsOf(target.subject);
     out.write(`${sessions} session${sessions === 1 ? '' : 's'} ended\n`);
   }
+  if (target.clientId !== undefined && (await store.deleteRegisteredClient(target.clientId))) out.write('1 registered client removed\n');
   return 0;
 }
