@@ -15,8 +15,9 @@ import pg from 'pg';
 import { POSTGRES, SQLITE } from '../src/store/dialect.js';
 import { MemoryStore } from '../src/store/memory.js';
 import { MIGRATIONS, migratePostgres } from '../src/store/migrations.js';
-import { grantParams } from '../src/store/rows.js';
+import { codeParams, grantParams, refreshTokenParams, sessionParams } from '../src/store/rows.js';
 import { GRANT_EXPIRY_SLACK_MS } from '../src/store/rules.js';
+import { REVOKE_BATCH } from '../src/store/sql.js';
 import { openStore } from '../src/store/open.js';
 import { PostgresStore } from '../src/store/postgres.js';
 import { SqliteStore } from '../src/store/sqlite.js';
@@ -25,8 +26,10 @@ import type {
   DeviceAuthorizationRecord,
   FederationStateRecord,
   Grant,
+  GrantFilter,
   LoginRequestRecord,
   RefreshTokenRecord,
+  SessionRecord,
   Store,
   StoredKey,
 } from '../src/store/types.js';
@@ -137,6 +140,59 @@ async function assertTransientKept(store: Store, inspect: StoreInspector, kept: 
     assert.deepEqual(await store.findSubjectClaims(kept.subject, now), kept.claims);
     assert.deepEqual(await store.takeFederationState(kept.federation.state, now), kept.federation);
     assert.equal(await inspect.rows('login_requests'), 0, 'login requests of the old shape are dropped');
+  } finally {
+    await store.close();
+  }
+}
+
+/** A version 3 database (Pinpoint 0.3) holding a key, a grant with a code and a refresh token, and a session, in the given placeholders' form. */
+function versionThreeRows(now: number, placeholder: (index: number) => string) {
+  const key = makeKeys(now - MINUTE)[0] as StoredKey;
+  const grant = makeGrant(now - MINUTE, { expiresAt: now + 60 * MINUTE });
+  const code = makeCode(grant, now);
+  const token = makeRefresh(grant, now - MINUTE);
+  const session: SessionRecord = { digest: digest(), subject: grant.subject, claims: { name: 'Alice' }, authTime: now, expiresAt: now + MINUTE };
+  const insert = (table: string, columns: string, values: readonly unknown[]) => ({
+    text: `INSERT INTO ${table} (${columns}) VALUES (${values.map((_, i) => placeholder(i + 1)).join(', ')})`,
+    values,
+  });
+  const rows = [
+    insert('keys', 'kid, alg, private_jwk, created_at', [key.kid, key.alg, key.privateJwk, key.createdAt]),
+    insert('grants', 'id, client_id, subject, scope, resources, claims, auth_time, created_at, expires_at', grantParams(grant)),
+    insert('authorization_codes', 'digest, grant_id, client_id, redirect_uri, code_challenge, nonce, expires_at', codeParams(code)),
+    insert('refresh_tokens', 'grant_id, digest, issued_at, expires_at', refreshTokenParams(token)),
+    insert('sessions', 'digest, subject, claims, auth_time, expires_at', sessionParams(session)),
+  ];
+  return { rows, key, grant, code, token, session, now };
+}
+
+/** After migration 4 the old state is all there and the new methods work on it; closes `store`. */
+async function assertVersionThreeKept(store: Store, inspect: StoreInspector, kept: ReturnType<typeof versionThreeRows>): Promise<void> {
+  const { key, grant, code, token, session, now } = kept;
+  try {
+    assert.deepEqual(await store.listKeys(), [key]);
+    assert.ok(!('retiredAt' in ((await store.listKeys())[0] as StoredKey)), 'an old key is not retired');
+    assert.deepEqual(await store.findGrant(grant.id, now), grant);
+    assert.deepEqual(await store.findCode(code.digest, now), { status: 'active', code, grant });
+    assert.deepEqual(await store.findRefreshToken(grant.id, token.digest, now), { status: 'active', token, grant });
+    assert.deepEqual(await store.findSession(session.digest, now), session);
+    assert.deepEqual(await store.listGrants({ subject: grant.subject }, now), [{ grant, lastRefreshAt: token.issuedAt }]);
+
+    assert.equal(await store.retireKey(key.kid, now), true);
+    assert.deepEqual(await store.listKeys(), [{ ...key, retiredAt: now }]);
+    await store.revokeAccessToken('jti-1', now + MINUTE);
+    assert.equal(await store.isAccessTokenRevoked('jti-1', now), true);
+    assert.equal(await store.deleteSessionsOf(session.subject), 1);
+    assert.equal(await store.revokeGrants({ clientId: grant.clientId }), 1);
+    assert.deepEqual(await store.findRefreshToken(grant.id, token.digest, now), { status: 'unknown' });
+
+    const expected: [string, string][] = [
+      ['grants', 'grants_subject'],
+      ['grants', 'grants_client_id'],
+      ['sessions', 'sessions_subject'],
+      ['revoked_access_tokens', 'revoked_access_tokens_expires_at'],
+    ];
+    for (const [table, index] of expected) assert.ok((await inspect.indexes(table)).includes(index), `${table} has ${index}`);
   } finally {
     await store.close();
   }
@@ -436,6 +492,186 @@ function storeSuite(name: string, backend: () => Backend): void {
       await store.revokeGrant(grant.id);
       assert.notEqual((await store.findCode(code.digest, now)).status, 'active');
       assert.equal(await store.consumeCode(code.digest, now, now + ACCESS_TOKEN_MS), false);
+    });
+
+    it('lists every key oldest first, adds keys in one transaction, and retires a key once', async () => {
+      const store = await open();
+      const now = Date.now();
+      const first = makeKeys(now);
+      await store.loadOrCreateKeys(first);
+      const rotated = makeKeys(now + 1000);
+      await store.addKeys(rotated);
+      const older = { ...makeKeys(now - 1000)[0] as StoredKey, kid: 'zz-older' };
+      await store.addKeys([older]);
+      assert.deepEqual(await store.listKeys(), [older, ...byKid(first), ...byKid(rotated)], 'oldest first, then by kid');
+
+      const [kept] = first;
+      const duplicate = { ...(rotated[0] as StoredKey), privateJwk: '{}' };
+      const unsaved = makeKeys(now + 2000);
+      await assert.rejects(store.addKeys([...unsaved, duplicate]), 'a kid is never stored twice');
+      assert.deepEqual(await store.listKeys(), [older, ...byKid(first), ...byKid(rotated)], 'none of a failed rotation is kept');
+
+      const retiredKid = (kept as StoredKey).kid;
+      assert.equal(await store.retireKey(retiredKid, now + 3000), true);
+      assert.equal(await store.retireKey(retiredKid, now + 4000), false, 'already retired');
+      assert.equal(await store.retireKey('no-such-kid', now + 3000), false);
+      const listed = await store.listKeys();
+      assert.deepEqual(
+        listed.filter((key) => key.retiredAt !== undefined),
+        [{ ...(kept as StoredKey), retiredAt: now + 3000 }],
+      );
+      assert.ok(listed.filter((key) => key.kid !== retiredKid).every((key) => !('retiredAt' in key)), 'only that key is retired');
+      assert.deepEqual(await store.loadOrCreateKeys(makeKeys(now + 5000)), listed, 'loadOrCreateKeys returns retired keys too');
+    });
+
+    it('finds a live grant by id; not once revoked or expired', async () => {
+      const { store, now, grant } = await openWithCode();
+      assert.deepEqual(await store.findGrant(grant.id, now), grant);
+      assert.deepEqual(await store.findGrant(grant.id, grant.expiresAt - 1), grant);
+      assert.equal(await store.findGrant(grant.id, grant.expiresAt), undefined, 'expired');
+      assert.equal(await store.findGrant(randomId('grant'), now), undefined);
+      await store.revokeGrant(grant.id);
+      assert.equal(await store.findGrant(grant.id, now), undefined, 'revoked');
+    });
+
+    it('keeps the grant of an exchanged code until grantUntil, the later of it and its refresh extension, never shortening it', async () => {
+      const store = await open();
+      const now = Date.now();
+      const exchange = async (grantOverrides: Partial<Grant>, grantUntil: number, refreshLifetime?: number) => {
+        const grant = makeGrant(now, grantOverrides);
+        const code = makeCode(grant, now);
+        await store.createGrantWithCode(grant, code);
+        const refresh = refreshLifetime === undefined ? undefined : makeRefresh(grant, now, refreshLifetime);
+        assert.equal(await store.consumeCode(code.digest, now, grantUntil, refresh), true);
+        return { grant, code, refresh, expiresAt: async () => (await store.findGrant(grant.id, now))?.expiresAt };
+      };
+
+      const bare = await exchange({}, now + 10 * MINUTE);
+      assert.equal(await bare.expiresAt(), now + 10 * MINUTE, 'without a refresh token the grant lives until grantUntil');
+      assert.ok(await store.findGrant(bare.grant.id, now + 10 * MINUTE - 1));
+      assert.equal(await store.findGrant(bare.grant.id, now + 10 * MINUTE), undefined);
+      assert.equal(await store.consumeCode(bare.code.digest, now, now + 60 * MINUTE), false);
+      assert.equal(await bare.expiresAt(), now + 10 * MINUTE, 'a refused exchange extends nothing');
+
+      const longer = await exchange({ expiresAt: now + 30 * MINUTE }, now + 10 * MINUTE);
+      assert.equal(await longer.expiresAt(), now + 30 * MINUTE, 'never shortened');
+
+      const refreshed = await exchange({}, now + 10 * MINUTE, 60 * MINUTE);
+      assert.equal(await refreshed.expiresAt(), now + 60 * MINUTE + GRANT_EXPIRY_SLACK_MS, 'a later refresh expiry wins');
+
+      const later = now + 2 * GRANT_EXPIRY_SLACK_MS;
+      const outlived = await exchange({}, later, MINUTE);
+      assert.equal(await outlived.expiresAt(), later, 'a later grantUntil wins');
+    });
+
+    it('lists live grants by user and client, oldest first, with their last refresh', async () => {
+      const store = await open();
+      const now = Date.now();
+      const stored = async (overrides: Partial<Grant>): Promise<{ grant: Grant; code: AuthorizationCodeRecord }> => {
+        const grant = makeGrant(now, overrides);
+        const code = makeCode(grant, now);
+        await store.createGrantWithCode(grant, code);
+        return { grant, code };
+      };
+      const bob = await stored({ subject: 'bob', clientId: 'webapp', createdAt: now - 1000 });
+      const aliceWeb = await stored({ subject: 'alice', clientId: 'webapp', createdAt: now - 3000 });
+      const aliceCli = await stored({ subject: 'alice', clientId: 'cli', createdAt: now - 2000 });
+      await stored({ subject: 'alice', clientId: 'webapp', createdAt: now - 4000, expiresAt: now - 1 });
+
+      const first = makeRefresh(aliceWeb.grant, now - 3000);
+      assert.equal(await store.consumeCode(aliceWeb.code.digest, now - 3000, now + ACCESS_TOKEN_MS, first), true);
+      const rotated = makeRefresh(aliceWeb.grant, now - 500);
+      assert.equal(await store.rotateRefreshToken(first.digest, rotated, now - 500), true);
+      const aliceWebGrant = await store.findGrant(aliceWeb.grant.id, now);
+
+      const listed = async (filter: GrantFilter): Promise<string[]> => (await store.listGrants(filter, now)).map(({ grant }) => grant.id);
+      assert.deepEqual(await listed({}), [aliceWeb.grant.id, aliceCli.grant.id, bob.grant.id], 'live only, oldest first');
+      assert.deepEqual(await listed({ subject: 'alice' }), [aliceWeb.grant.id, aliceCli.grant.id]);
+      assert.deepEqual(await listed({ clientId: 'webapp' }), [aliceWeb.grant.id, bob.grant.id]);
+      assert.deepEqual(await listed({ subject: 'alice', clientId: 'cli' }), [aliceCli.grant.id]);
+      assert.deepEqual(await listed({ subject: 'carol' }), []);
+      assert.deepEqual(await store.listGrants({ clientId: 'webapp' }, now), [
+        { grant: aliceWebGrant, lastRefreshAt: rotated.issuedAt },
+        { grant: bob.grant },
+      ]);
+      const [never] = await store.listGrants({ subject: 'bob' }, now);
+      assert.ok(never !== undefined && !('lastRefreshAt' in never), 'no lastRefreshAt without a refresh token');
+    });
+
+    it('revokes grants by user, client or both, in batches, with their codes and refresh tokens', async () => {
+      const { store, inspect } = await backend().open();
+      opened.push(store);
+      const now = Date.now();
+      const exchanged = async (overrides: Partial<Grant>): Promise<{ grant: Grant; code: AuthorizationCodeRecord; token: RefreshTokenRecord }> => {
+        const grant = makeGrant(now, overrides);
+        const code = makeCode(grant, now);
+        const token = makeRefresh(grant, now);
+        await store.createGrantWithCode(grant, code);
+        assert.equal(await store.consumeCode(code.digest, now, now + ACCESS_TOKEN_MS, token), true);
+        return { grant, code, token };
+      };
+      // More than one revocation batch (sql.ts REVOKE_BATCH).
+      const bulk = await Promise.all(Array.from({ length: 2 * REVOKE_BATCH + 17 }, () => exchanged({ subject: 'bulk', clientId: 'crawler' })));
+      const aliceWeb = await exchanged({ subject: 'alice', clientId: 'webapp' });
+      const aliceCli = await exchanged({ subject: 'alice', clientId: 'cli' });
+      const bobWeb = await exchanged({ subject: 'bob', clientId: 'webapp' });
+      const bobCli = await exchanged({ subject: 'bob', clientId: 'cli' });
+
+      assert.equal(await store.revokeGrants({ clientId: 'crawler' }), bulk.length);
+      assert.deepEqual(await store.listGrants({ clientId: 'crawler' }, now), []);
+      for (const { grant, code, token } of bulk) {
+        assert.deepEqual(await store.findRefreshToken(grant.id, token.digest, now), { status: 'unknown' });
+        assert.deepEqual(await store.findCode(code.digest, now), { status: 'unknown' });
+        assert.equal(await store.findGrant(grant.id, now), undefined);
+      }
+      if (inspect !== undefined) {
+        assert.equal(await inspect.rows('grants'), 4);
+        assert.equal(await inspect.rows('refresh_tokens'), 4, 'the revoked grants took their refresh tokens with them');
+        assert.equal(await inspect.rows('authorization_codes'), 4);
+      }
+
+      assert.equal(await store.revokeGrants({ subject: 'alice', clientId: 'cli' }), 1);
+      assert.deepEqual(await store.findRefreshToken(aliceCli.grant.id, aliceCli.token.digest, now), { status: 'unknown' });
+      assert.equal(await store.revokeGrants({ subject: 'alice' }), 1);
+      assert.deepEqual(await store.findRefreshToken(aliceWeb.grant.id, aliceWeb.token.digest, now), { status: 'unknown' });
+      assert.equal(await store.revokeGrants({ subject: 'alice' }), 0, 'nothing left to revoke');
+      assert.equal((await store.findRefreshToken(bobWeb.grant.id, bobWeb.token.digest, now)).status, 'active', 'others untouched');
+      assert.equal((await store.findRefreshToken(bobCli.grant.id, bobCli.token.digest, now)).status, 'active');
+      assert.equal(await store.revokeGrants({ clientId: 'nobody' }), 0);
+      assert.equal(await store.revokeGrants({}), 2, 'no filter: every grant');
+      assert.deepEqual(await store.findRefreshToken(bobWeb.grant.id, bobWeb.token.digest, now), { status: 'unknown' });
+      assert.deepEqual(await store.listGrants({}, now), []);
+    });
+
+    it('keeps a revoked access token revoked until it expires, then sweeps it', async () => {
+      const store = await open();
+      const now = Date.now();
+      const jti = randomId('jti');
+      const other = randomId('jti');
+      await store.revokeAccessToken(jti, now + MINUTE);
+      await store.revokeAccessToken(jti, now + MINUTE);
+      await store.revokeAccessToken(other, now + 10 * MINUTE);
+      assert.equal(await store.isAccessTokenRevoked(jti, now), true);
+      assert.equal(await store.isAccessTokenRevoked(jti, now + MINUTE - 1), true);
+      assert.equal(await store.isAccessTokenRevoked(jti, now + MINUTE), false, 'expired: no longer needed');
+      assert.equal(await store.isAccessTokenRevoked(randomId('jti'), now), false);
+      await store.sweep(now + 2 * MINUTE);
+      assert.equal(await store.isAccessTokenRevoked(jti, now), false, 'swept');
+      assert.equal(await store.isAccessTokenRevoked(other, now + 2 * MINUTE), true, 'a live one stays');
+    });
+
+    it('ends every session of a subject', async () => {
+      const store = await open();
+      const now = Date.now();
+      const session = (subject: string) => ({ digest: digest(), subject, claims: {}, authTime: now, expiresAt: now + MINUTE });
+      const alice = [session('alice'), session('alice'), session('alice')];
+      const bob = session('bob');
+      for (const record of [...alice, bob]) await store.createSession(record);
+      assert.equal(await store.deleteSessionsOf('alice'), 3);
+      for (const record of alice) assert.equal(await store.findSession(record.digest, now), undefined);
+      assert.deepEqual(await store.findSession(bob.digest, now), bob);
+      assert.equal(await store.deleteSessionsOf('alice'), 0);
+      assert.equal(await store.deleteSessionsOf('carol'), 0);
     });
 
     it('runs the device flow: poll, approve, redeem once', async () => {
@@ -837,6 +1073,15 @@ describe('sqlite', () => {
     check.close();
   });
 
+  it('migrates a version 3 database: keys, grants, codes, refresh tokens and sessions stay; keys can be retired', async () => {
+    const kept = versionThreeRows(Date.now(), () => '?');
+    const file = await oldDatabase(3, kept.rows);
+    await assertVersionThreeKept(new SqliteStore(file), sqliteInspector(file), kept);
+    const check = new Database(file, { readonly: true });
+    assert.deepEqual((check.prepare('SELECT version FROM schema_migrations ORDER BY version').all() as { version: number }[]).map((row) => row.version), [1, 2, 3, 4]);
+    check.close();
+  });
+
   it('reports a busy database as StoreUnavailableError', async () => {
     const { StoreUnavailableError } = await import('../src/store/unavailable.js');
     const file = nextFile();
@@ -953,6 +1198,15 @@ if (POSTGRES_URL === undefined) {
       await assertTransientKept(store, postgresInspector(urlOf(database), schema), kept, now);
       const left = await admin(async (client) => (await client.query('SELECT 1 FROM information_schema.tables WHERE table_schema = $1 AND table_name = $2', [schema, 'transient'])).rowCount, urlOf(database));
       assert.equal(left, 0, 'transient is gone');
+    });
+
+    it('migrates a version 3 schema: keys, grants, codes, refresh tokens and sessions stay; keys can be retired', async () => {
+      const kept = versionThreeRows(Date.now(), (index) => `$${index}`);
+      const schema = await oldSchema(3, kept.rows);
+      const store = await openStore({ kind: 'postgres', url: urlOf(database), schema });
+      await assertVersionThreeKept(store, postgresInspector(urlOf(database), schema), kept);
+      const versions = await admin(async (client) => (await client.query(`SELECT version FROM ${schema}.schema_migrations ORDER BY version`)).rows, urlOf(database));
+      assert.deepEqual(versions.map((row: { version: number }) => row.version), [1, 2, 3, 4]);
     });
 
     it('opens twice at once on a fresh database: both succeed, one migration run, the same keys', async () => {

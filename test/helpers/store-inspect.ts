@@ -15,6 +15,8 @@ export interface StoreInspector {
   grant(grantId: string): Promise<Grant | undefined>;
   /** How many rows `table` holds. */
   rows(table: string): Promise<number>;
+  /** The names of the indexes on `table`, sorted. */
+  indexes(table: string): Promise<string[]>;
 }
 
 const GRANT_BY_ID = `SELECT ${GRANT_COLUMNS} FROM grants g WHERE g.id = $1`;
@@ -35,6 +37,12 @@ export function sqliteInspector(file: string): StoreInspector {
       return row === undefined ? undefined : grantFromRow(row);
     }),
     rows: async (table) => read((db) => (db.prepare(`SELECT count(*) AS n FROM ${table}`).get() as { n: number }).n),
+    indexes: async (table) =>
+      read((db) =>
+        (db.prepare("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = ? ORDER BY name").all(table) as { name: string }[]).map(
+          (row) => row.name,
+        ),
+      ),
   };
 }
 
@@ -57,6 +65,14 @@ export function postgresInspector(url: string, schema: string): StoreInspector {
         return row === undefined ? undefined : grantFromRow(row);
       }),
     rows: (table) => read(async (client) => Number((await client.query<{ n: string }>(`SELECT count(*) AS n FROM ${table}`)).rows[0]?.n)),
+    indexes: (table) =>
+      read(async (client) =>
+        (
+          await client.query<{ name: string }>('SELECT indexname AS name FROM pg_indexes WHERE schemaname = $1 AND tablename = $2', [schema, table])
+        ).rows
+          .map((row) => row.name)
+          .sort(),
+      ),
   };
 }
 
