@@ -1,0 +1,329 @@
+/**
+ * Clients that are not in the config (DESIGN.md §9): registration (RFC 7591), loopback redirect URIs on any port,
+ * default_scope, consent (§8), and the refresh reuse grace (§6) for clients that refresh in parallel.
+ */
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+import type { FastifyInstance, LightMyRequestResponse } from 'fastify';
+import { decodeJwt } from 'jose';
+import type { Config, DynamicClientsConfig } from '../src/config/types.js';
+import { KeyRing } from '../src/crypto/keys.js';
+import { openStore } from '../src/store/open.js';
+import type { Store } from '../src/store/types.js';
+import { createPostgresDatabase, POSTGRES_SKIP_REASON, POSTGRES_URL, STORE_KINDS } from './helpers/databases.js';
+import { authorizeUrl, cookieJar, form, hiddenInput, PASSWORD, pkce, testApp, testConfig, type TestApp } from './helpers/app.js';
+
+const MCP = 'https://mcp.example.org/mcp';
+const CALLBACK = 'http://127.0.0.1:33418/callback';
+
+function dynamicConfig(overrides: Partial<DynamicClientsConfig> = {}): Promise<Config> {
+  return testConfig({
+    dynamicClients: {
+      audience: [MCP],
+      metadataDocuments: false,
+      registration: 'open',
+      scopes: ['openid', 'profile', 'mcp'],
+      defaultScope: ['mcp'],
+      refreshLifetimeMs: 720 * 3600_000,
+      refreshReuseGraceMs: 10_000,
+      allowPrivateAddresses: false,
+      ...overrides,
+    },
+  });
+}
+
+const register = (app: FastifyInstance, body: unknown, headers: Record<string, string> = {}): Promise<LightMyRequestResponse> =>
+  app.inject({ method: 'POST', url: '/register', headers: { 'content-type': 'application/json', ...headers }, payload: JSON.stringify(body) });
+
+const registerMcpHost = async (app: FastifyInstance, extra: Record<string, unknown> = {}): Promise<string> => {
+  const response = await register(app, { redirect_uris: [CALLBACK], client_name: 'Test <Host>', grant_types: ['authorization_code', 'refresh_token'], ...extra });
+  assert.equal(response.statusCode, 201, response.body);
+  return response.json().client_id as string;
+};
+
+/** A browser: /authorize on `port` -> sign-in (when needed) -> consent (when due, answering `decision`) -> the client's redirect. */
+async function authorizeAsBrowser(
+  app: FastifyInstance,
+  clientId: string,
+  options: { port?: number; scope?: string; decision?: 'allow' | 'deny'; cookies?: string; prompt?: string } = {},
+): Promise<{ location: URL; cookies: string; verifier: string; sawConsent: boolean; consentPage?: string }> {
+  const { verifier, challenge } = pkce();
+  const redirect = `http://127.0.0.1:${options.port ?? 51000}/callback`;
+  let cookies = options.cookies ?? '';
+  let url = authorizeUrl([
+    ['response_type', 'code'],
+    ['client_id', clientId],
+    ['redirect_uri', redirect],
+    ['code_challenge', challenge],
+    ['code_challenge_method', 'S256'],
+    ['state', 'st-dyn'],
+    ...(options.scope === undefined ? [] : [['scope', options.scope] as [string, string]]),
+    ...(options.prompt === undefined ? [] : [['prompt', options.prompt] as [string, string]]),
+  ]);
+  let sawConsent = false;
+  let consentPage: string | undefined;
+  for (let hop = 0; hop < 10; hop++) {
+    const response = await app.inject({ url, headers: { cookie: cookies } });
+    cookies = cookieJar(cookies, response);
+    if (response.statusCode === 303) {
+      const next = String(response.headers.location);
+      if (next.startsWith('http://127.0.0.1:')) return { location: new URL(next), cookies, verifier, sawConsent, ...(consentPage !== undefined && { consentPage }) };
+      url = next;
+      continue;
+    }
+    assert.equal(response.statusCode, 200, response.body);
+    const action = /<form method="post" action="([^"]+)"/.exec(response.body)?.[1];
+    const fields: [string, string][] =
+      action === '/login'
+        ? [['csrf', hiddenInput(response.body, 'csrf')], ['login', hiddenInput(response.body, 'login')], ['username', 'alice'], ['password', PASSWORD]]
+        : [['csrf', hiddenInput(response.body, 'csrf')], ['login', hiddenInput(response.body, 'login')], ['decision', options.decision ?? 'allow']];
+    if (action === '/consent') {
+      sawConsent = true;
+      consentPage = response.body;
+    }
+    const posted = await app.inject({ method: 'POST', url: String(action), headers: { cookie: cookies, 'content-type': 'application/x-www-form-urlencoded' }, payload: form(fields) });
+    cookies = cookieJar(cookies, posted);
+    assert.equal(posted.statusCode, 303, posted.body);
+    const next = String(posted.headers.location);
+    if (next.startsWith('http://127.0.0.1:')) return { location: new URL(next), cookies, verifier, sawConsent, ...(consentPage !== undefined && { consentPage }) };
+    url = next;
+  }
+  throw new Error('no redirect to the client after 10 hops');
+}
+
+const exchange = (app: FastifyInstance, clientId: string, code: string, verifier: string, port = 51000): Promise<LightMyRequestResponse> =>
+  app.inject({
+    method: 'POST',
+    url: '/token',
+    headers: { 'content-type': 'application/x-www-form-urlencoded' },
+    payload: form([['grant_type', 'authorization_code'], ['client_id', clientId], ['code', code], ['redirect_uri', `http://127.0.0.1:${port}/callback`], ['code_verifier', verifier]]),
+  });
+
+const refreshAs = (app: FastifyInstance, clientId: string, token: string): Promise<LightMyRequestResponse> =>
+  app.inject({
+    method: 'POST',
+    url: '/token',
+    headers: { 'content-type': 'application/x-www-form-urlencoded' },
+    payload: form([['grant_type', 'refresh_token'], ['client_id', clientId], ['refresh_token', token]]),
+  });
+
+describe('POST /register (RFC 7591)', () => {
+  let t: TestApp;
+  before(async () => {
+    t = await testApp({ config: await dynamicConfig() });
+  });
+  after(async () => t.app.close());
+
+  test('a public client: 201 with the stored metadata, a client_id and client_id_issued_at, no secret', async () => {
+    const response = await register(t.app, { redirect_uris: [CALLBACK, 'cursor://anysphere.cursor-mcp/oauth/callback'], client_name: 'Cursor', grant_types: ['authorization_code', 'refresh_token'] });
+    assert.equal(response.statusCode, 201, response.body);
+    const body = response.json();
+    assert.match(body.client_id, /^dyn_/);
+    assert.equal(typeof body.client_id_issued_at, 'number');
+    assert.deepEqual(body.redirect_uris, [CALLBACK, 'cursor://anysphere.cursor-mcp/oauth/callback']);
+    assert.equal(body.token_endpoint_auth_method, 'none');
+    assert.equal(body.client_secret, undefined);
+    assert.equal(response.headers['cache-control'], 'no-store');
+  });
+
+  test('a confidential registration returns a secret that authenticates at /token (client_secret_post)', async () => {
+    const response = await register(t.app, { redirect_uris: ['https://app.example.org/cb'], token_endpoint_auth_method: 'client_secret_post' });
+    assert.equal(response.statusCode, 201, response.body);
+    const { client_id: clientId, client_secret: secret } = response.json();
+    assert.equal(typeof secret, 'string');
+    const wrong = await t.app.inject({ method: 'POST', url: '/token', headers: { 'content-type': 'application/x-www-form-urlencoded' }, payload: form([['grant_type', 'refresh_token'], ['client_id', clientId], ['client_secret', 'nope'], ['refresh_token', 'x.y']]) });
+    assert.equal(wrong.statusCode, 401);
+    const right = await t.app.inject({ method: 'POST', url: '/token', headers: { 'content-type': 'application/x-www-form-urlencoded' }, payload: form([['grant_type', 'authorization_code'], ['client_id', clientId], ['client_secret', secret], ['code', 'x'], ['redirect_uri', 'https://app.example.org/cb'], ['code_verifier', 'v'.repeat(43)]]) });
+    assert.equal(right.json().error, 'invalid_grant', 'authenticated; only the code is wrong');
+  });
+
+  test('refused registrations: 400 JSON invalid_redirect_uri / invalid_client_metadata, nothing stored', async () => {
+    const cases: [unknown, string][] = [
+      [{}, 'invalid_redirect_uri'],
+      [{ redirect_uris: [] }, 'invalid_redirect_uri'],
+      [{ redirect_uris: ['javascript:alert(1)'] }, 'invalid_redirect_uri'],
+      [{ redirect_uris: ['data:text/html,hi'] }, 'invalid_redirect_uri'],
+      [{ redirect_uris: ['file:///etc/passwd'] }, 'invalid_redirect_uri'],
+      [{ redirect_uris: ['http://app.example.org/cb'] }, 'invalid_redirect_uri'],
+      [{ redirect_uris: ['https://app.example.org/cb#frag'] }, 'invalid_redirect_uri'],
+      [{ redirect_uris: [CALLBACK], application_type: 'web' }, 'invalid_redirect_uri'],
+      [{ redirect_uris: [CALLBACK], scope: 'openid admin' }, 'invalid_client_metadata'],
+      [{ redirect_uris: [CALLBACK], token_endpoint_auth_method: 'private_key_jwt' }, 'invalid_client_metadata'],
+      [{ redirect_uris: [CALLBACK], grant_types: ['client_credentials'] }, 'invalid_client_metadata'],
+      [[1, 2], 'invalid_client_metadata'],
+    ];
+    for (const [body, error] of cases) {
+      const response = await register(t.app, body);
+      assert.equal(response.statusCode, 400, JSON.stringify(body));
+      assert.equal(response.json().error, error, JSON.stringify(body));
+      assert.equal(typeof response.json().error_description, 'string');
+    }
+    const notJson = await t.app.inject({ method: 'POST', url: '/register', headers: { 'content-type': 'application/json' }, payload: '{not json' });
+    assert.equal(notJson.statusCode, 400);
+    const form415 = await t.app.inject({ method: 'POST', url: '/register', headers: { 'content-type': 'application/x-www-form-urlencoded' }, payload: 'redirect_uris=x' });
+    assert.ok([400, 415].includes(form415.statusCode));
+  });
+
+  test('answers CORS from any origin', async () => {
+    const preflight = await t.app.inject({ method: 'OPTIONS', url: '/register', headers: { origin: 'https://inspector.example', 'access-control-request-method': 'POST', 'access-control-request-headers': 'content-type' } });
+    assert.equal(preflight.headers['access-control-allow-origin'], '*');
+    const response = await register(t.app, { redirect_uris: [CALLBACK] }, { origin: 'https://inspector.example' });
+    assert.equal(response.headers['access-control-allow-origin'], '*');
+  });
+
+  test('metadata names the registration endpoint and offline_access', async () => {
+    const metadata = (await t.app.inject({ url: '/.well-known/oauth-authorization-server' })).json();
+    assert.equal(metadata.registration_endpoint, 'http://127.0.0.1:8080/register');
+    assert.ok(metadata.scopes_supported.includes('mcp') && metadata.scopes_supported.includes('offline_access'));
+  });
+});
+
+describe('registration modes and limits', () => {
+  test('"token" needs the initial access token; "off" has no endpoint; registrations count against the address', async () => {
+    const guarded = await testApp({ config: await dynamicConfig({ registration: 'token', registrationToken: 'initial-access-token' }) });
+    try {
+      assert.equal((await register(guarded.app, { redirect_uris: [CALLBACK] })).statusCode, 401);
+      assert.equal((await register(guarded.app, { redirect_uris: [CALLBACK] }, { authorization: 'Bearer wrong' })).statusCode, 401);
+      assert.equal((await register(guarded.app, { redirect_uris: [CALLBACK] }, { authorization: 'Bearer initial-access-token' })).statusCode, 201);
+    } finally {
+      await guarded.app.close();
+    }
+    const off = await testApp({ config: await dynamicConfig({ registration: 'off' }) });
+    try {
+      assert.equal((await register(off.app, { redirect_uris: [CALLBACK] })).statusCode, 404);
+      assert.equal((await off.app.inject({ url: '/.well-known/oauth-authorization-server' })).json().registration_endpoint, undefined);
+    } finally {
+      await off.app.close();
+    }
+    const limited = await testApp({ config: await dynamicConfig(), limits: { addressFailures: 3 } });
+    try {
+      for (let i = 0; i < 3; i++) assert.equal((await register(limited.app, { redirect_uris: [CALLBACK] })).statusCode, 201);
+      assert.equal((await register(limited.app, { redirect_uris: [CALLBACK] })).statusCode, 429);
+    } finally {
+      await limited.app.close();
+    }
+  });
+});
+
+describe('a registered MCP host signs a person in', () => {
+  let t: TestApp;
+  let clientId: string;
+  before(async () => {
+    t = await testApp({ config: await dynamicConfig() });
+    clientId = await registerMcpHost(t.app);
+  });
+  after(async () => t.app.close());
+
+  test('any loopback port, default scope, consent naming the client, then tokens for the MCP server', async () => {
+    const first = await authorizeAsBrowser(t.app, clientId, { port: 40001 });
+    assert.ok(first.sawConsent, 'a dynamic client gets the consent page');
+    assert.match(first.consentPage ?? '', /Test &#60;Host&#62;/, 'the registered name, escaped');
+    assert.match(first.consentPage ?? '', /127\.0\.0\.1:40001/, 'the host the answer goes back to');
+    assert.match(first.consentPage ?? '', /<code>mcp<\/code>/);
+    assert.match(first.consentPage ?? '', /https:\/\/mcp\.example\.org\/mcp/);
+    assert.equal(first.location.port, '40001');
+    const tokens = await exchange(t.app, clientId, first.location.searchParams.get('code') ?? '', first.verifier, 40001);
+    assert.equal(tokens.statusCode, 200, tokens.body);
+    assert.equal(tokens.json().scope, 'mcp');
+    assert.equal(decodeJwt(tokens.json().access_token as string).aud, MCP);
+    assert.equal(typeof tokens.json().refresh_token, 'string');
+
+    // Remembered: no consent the second time, on another port.
+    const second = await authorizeAsBrowser(t.app, clientId, { port: 40002, cookies: first.cookies });
+    assert.equal(second.sawConsent, false);
+    assert.ok(second.location.searchParams.get('code'));
+    // Asking more, or prompt=consent: asked again.
+    assert.equal((await authorizeAsBrowser(t.app, clientId, { port: 40003, cookies: first.cookies, scope: 'mcp openid' })).sawConsent, true);
+    assert.equal((await authorizeAsBrowser(t.app, clientId, { port: 40004, cookies: first.cookies, prompt: 'consent' })).sawConsent, true);
+    // offline_access (added by the MCP SDK) is accepted and asks for nothing more.
+    const offline = await authorizeAsBrowser(t.app, clientId, { port: 40005, cookies: first.cookies, scope: 'mcp offline_access' });
+    assert.ok(offline.location.searchParams.get('code'), offline.location.href);
+  });
+
+  test('deny: access_denied back to the client, with state and iss', async () => {
+    const other = await registerMcpHost(t.app);
+    const denied = await authorizeAsBrowser(t.app, other, { decision: 'deny' });
+    assert.equal(denied.location.searchParams.get('error'), 'access_denied');
+    assert.equal(denied.location.searchParams.get('state'), 'st-dyn');
+    assert.equal(denied.location.searchParams.get('iss'), 'http://127.0.0.1:8080');
+  });
+
+  test('a redirect URI that is not registered (other path) is an error page, never a redirect', async () => {
+    const response = await t.app.inject({
+      url: authorizeUrl([['response_type', 'code'], ['client_id', clientId], ['redirect_uri', 'http://127.0.0.1:40001/other'], ['code_challenge', pkce().challenge], ['code_challenge_method', 'S256']]),
+    });
+    assert.equal(response.statusCode, 400);
+    assert.equal(response.headers.location, undefined);
+  });
+
+  test('refresh reuse grace: the rotated token again within the grace gets a sibling; the grant stays alive; after the grace, reuse revokes', async () => {
+    let now = Date.now();
+    const clock = await testApp({ config: await dynamicConfig(), now: () => now });
+    try {
+      const host = await registerMcpHost(clock.app);
+      const signedIn = await authorizeAsBrowser(clock.app, host);
+      const first = (await exchange(clock.app, host, signedIn.location.searchParams.get('code') ?? '', signedIn.verifier)).json().refresh_token as string;
+      const rotated = await refreshAs(clock.app, host, first);
+      assert.equal(rotated.statusCode, 200);
+      now += 5_000;
+      const again = await refreshAs(clock.app, host, first);
+      assert.equal(again.statusCode, 200, `within the grace: ${again.body}`);
+      assert.equal((await refreshAs(clock.app, host, rotated.json().refresh_token as string)).statusCode, 200, 'the sibling before it still works');
+      assert.equal((await refreshAs(clock.app, host, again.json().refresh_token as string)).statusCode, 200);
+      now += 20_000;
+      assert.equal((await refreshAs(clock.app, host, first)).json().error, 'invalid_grant', 'after the grace: reuse');
+      assert.equal((await refreshAs(clock.app, host, again.json().refresh_token as string)).json().error, 'invalid_grant', 'and the grant is revoked');
+    } finally {
+      await clock.app.close();
+    }
+  });
+});
+
+/** Ten parallel refreshes of one token by a client with a grace: every one succeeds and the grant lives on. */
+async function parallelRefreshes(apps: readonly FastifyInstance[]): Promise<void> {
+  const [first] = apps as [FastifyInstance];
+  const host = await registerMcpHost(first);
+  const signedIn = await authorizeAsBrowser(first, host);
+  const token = (await exchange(first, host, signedIn.location.searchParams.get('code') ?? '', signedIn.verifier)).json().refresh_token as string;
+  const answers = await Promise.all(Array.from({ length: 10 }, (_, i) => refreshAs(apps[i % apps.length] as FastifyInstance, host, token)));
+  assert.deepEqual(answers.map((answer) => answer.statusCode), Array(10).fill(200), answers.map((answer) => answer.body).join('\n'));
+  const fresh = answers.map((answer) => answer.json().refresh_token as string);
+  assert.equal(new Set(fresh).size, 10, 'ten distinct tokens');
+  for (const sibling of fresh.slice(0, 3)) assert.equal((await refreshAs(first, host, sibling)).statusCode, 200, 'no grant lost');
+}
+
+for (const kind of STORE_KINDS.filter((candidate) => candidate.name !== 'postgres')) {
+  describe(`parallel refreshes within the reuse grace on the ${kind.name} store`, { skip: kind.skip }, () => {
+    test('ten at once: ten successes, the grant alive', async () => {
+      const opened = await kind.open();
+      const t = await testApp({ store: opened.store, config: await dynamicConfig() });
+      try {
+        await parallelRefreshes([t.app]);
+      } finally {
+        await t.app.close();
+        await opened.store.close();
+        await opened.cleanup();
+      }
+    });
+  });
+}
+
+describe('parallel refreshes within the reuse grace on two instances sharing PostgreSQL', { skip: POSTGRES_URL === undefined ? POSTGRES_SKIP_REASON : undefined }, () => {
+  test('ten at once, split across the instances: ten successes, the grant alive', async () => {
+    const database = await createPostgresDatabase();
+    const stores: Store[] = [];
+    const apps: TestApp[] = [];
+    try {
+      for (let i = 0; i < 2; i++) {
+        const store = await openStore({ kind: 'postgres', url: database.url, schema: 'public' });
+        stores.push(store);
+        apps.push(await testApp({ store, keys: await KeyRing.open(store), config: await dynamicConfig() }));
+      }
+      await parallelRefreshes(apps.map((t) => t.app));
+    } finally {
+      for (const t of apps) await t.app.close();
+      for (const store of stores) await store.close();
+      await database.drop();
+    }
+  });
+});
