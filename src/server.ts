@@ -22,7 +22,10 @@ export async function serve(config: Config, warnings: readonly string[]): Promis
     throw new Error(`cannot open the state store (${describeState(config)})${cause}`);
   });
   const keys = await KeyRing.open(store);
-  keys.start((error) => logger.warn({ err: { message: (error as Error).message } }, 'signing keys could not be re-read; the keys in use stay'));
+  keys.start(
+    (error) => logger.warn({ err: { message: (error as Error).message } }, 'signing keys could not be re-read; the keys in use stay'),
+    (change) => logger.info({ audit: true, event: 'key_rotation', ...change }, 'signing keys changed'),
+  );
   const https =
     config.tls.mode === 'terminate' && config.tls.certFile !== undefined && config.tls.keyFile !== undefined
       ? { cert: await readFile(config.tls.certFile), key: await readFile(config.tls.keyFile) }

@@ -42,6 +42,13 @@ export const KEY_TIMING: KeyTiming = { reloadMs: 10_000, leadMs: 45_000, jwksMax
 
 export type KeyState = 'signing' | 'published' | 'retired';
 
+/** What a reload changed: kids newly published, no longer published, newly signing. */
+export interface KeyChange {
+  readonly published: readonly string[];
+  readonly unpublished: readonly string[];
+  readonly signing: readonly string[];
+}
+
 /**
  * The state of each stored key at `now` (DESIGN.md §2 `keys list`): per algorithm, the newest key created at least
  * `leadMs` ago signs (or the oldest live one, when every live key is newer: the first start); other live keys are
@@ -114,15 +121,27 @@ export class KeyRing {
     return this.timing.jwksMaxAgeSeconds;
   }
 
-  /** Re-reads the keys; on a store failure the keys in use stay (the next reload tries again). */
-  async reload(): Promise<void> {
+  /** Re-reads the keys; on a store failure the keys in use stay (the next reload tries again). Returns what changed. */
+  async reload(): Promise<KeyChange> {
     const now = this.clock();
+    const before = this.#current;
     this.#current = await this.#build(await this.store.listKeys(), now);
+    const kids = (keys: SigningKeys): Set<string> => new Set(keys.byKid.keys());
+    const [was, is] = [kids(before), kids(this.#current)];
+    return {
+      published: [...is].filter((kid) => !was.has(kid)),
+      unpublished: [...was].filter((kid) => !is.has(kid)),
+      signing: [this.#current.accessToken.kid, this.#current.idToken.kid].filter((kid) => kid !== before.accessToken.kid && kid !== before.idToken.kid),
+    };
   }
 
-  /** Reloads every timing.reloadMs until stop(); `onError` hears failed reloads. */
-  start(onError: (error: unknown) => void): void {
-    this.#timer = setInterval(() => void this.reload().catch(onError), this.timing.reloadMs);
+  /** Reloads every timing.reloadMs until stop(); `onError` hears failed reloads, `onChange` every change of keys. */
+  start(onError: (error: unknown) => void, onChange: (change: KeyChange) => void = () => undefined): void {
+    const tick = async (): Promise<void> => {
+      const change = await this.reload();
+      if (change.published.length + change.unpublished.length + change.signing.length > 0) onChange(change);
+    };
+    this.#timer = setInterval(() => void tick().catch(onError), this.timing.reloadMs);
     this.#timer.unref();
   }
 
