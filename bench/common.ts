@@ -14,6 +14,13 @@ export const REDIRECT_URI = 'http://127.0.0.1:9000/callback';
 /** A resource-server scope; without `openid` no ID token is signed, on either server. */
 export const SCOPE = 'read';
 export const REFRESH_LIFETIME_MS = 30 * 24 * 3600_000;
+/**
+ * The one upstream Pinpoint's benchmark config names. Seeded grants are for people who signed in through it: a grant's
+ * subject must be known to the config (DESIGN.md §6), and local users are a handful, not a million.
+ */
+export const UPSTREAM = 'campus';
+/** The subject of the `index`-th seeded grant, as a federated sign-in names it (`<upstream>:<subject there>`). */
+export const subjectOf = (index: number): string => `${UPSTREAM}:user-${index}`;
 /** Seeded codes outlive a whole case group on both servers (the 60 s of real codes could lapse between segments). */
 export const SEEDED_CODE_LIFETIME_MS = 30 * 60_000;
 export const BASIC_AUTH = `Basic ${Buffer.from(`${CLIENT_ID}:${CLIENT_SECRET}`).toString('base64')}`;

@@ -4,10 +4,14 @@
  */
 const built = (module: string): string => new URL(`../dist/${module}.js`, import.meta.url).href;
 
+/** The module that signs every JWT (bench/legacy-signing.ts swaps it for the "jose cost" line). */
+export const JWT_MODULE = built('crypto/jwt');
+
 export const { buildApp } = (await import(built('app'))) as typeof import('../src/app.js');
 export const { deepFreeze, frozenMap } = (await import(built('config/frozen'))) as typeof import('../src/config/frozen.js');
 export const { createLogger } = (await import(built('log'))) as typeof import('../src/log.js');
 export const { openStore } = (await import(built('store/open'))) as typeof import('../src/store/open.js');
-export const { loadSigningKeys } = (await import(built('crypto/keys'))) as typeof import('../src/crypto/keys.js');
+export const { KeyRing } = (await import(built('crypto/keys'))) as typeof import('../src/crypto/keys.js');
+export const { createMetrics } = (await import(built('http/metrics'))) as typeof import('../src/http/metrics.js');
 export const { newRefreshToken } = (await import(built('crypto/refresh-token'))) as typeof import('../src/crypto/refresh-token.js');
 export const { newSecret } = (await import(built('crypto/random'))) as typeof import('../src/crypto/random.js');

@@ -2,10 +2,13 @@
  * Pinpoint as the benchmark runs it, from dist/ as `npm start` does: buildApp + openStore with the production logger (info, one access-log
  * line per request, to this process's stdout, which the runner points at a file) and the production sweep,
  * on loopback. Refresh tokens and codes are created on request through the Store API, as the grants would.
- * Settings come as JSON in BENCH_PINPOINT: { state: "sqlite" | "memory", path?: string }.
+ * Settings come as JSON in BENCH_PINPOINT: { state: "sqlite" | "memory" | "postgres", path?: string, url?: string }
+ * (path: the SQLite file; url: the PostgreSQL database, schema public, which several instances may share).
  */
 import { randomUUID } from 'node:crypto';
+import { relative } from 'node:path';
 import { monitorEventLoopDelay } from 'node:perf_hooks';
+import { fileURLToPath } from 'node:url';
 import type { ClientRecord, Config, StateConfig } from '../src/config/types.js';
 import type { AuthorizationCodeRecord, Grant, Store } from '../src/store/types.js';
 import {
@@ -19,17 +22,25 @@ import {
   SEEDED_CODE_LIFETIME_MS,
   serveRpc,
   shuffled,
+  subjectOf,
+  UPSTREAM,
 } from './common.js';
 import { profilerCommands } from './inspector.js';
 import { challengeOf, newVerifier } from './pkce.js';
-import { buildApp, createLogger, deepFreeze, frozenMap, loadSigningKeys, newRefreshToken, newSecret, openStore } from './pinpoint-modules.js';
+import { buildApp, createLogger, createMetrics, deepFreeze, frozenMap, JWT_MODULE, KeyRing, newRefreshToken, newSecret, openStore } from './pinpoint-modules.js';
 import { serverCommands } from './server-commands.js';
 
 /** serve() sweeps this often (src/server.ts); the benchmark server does the same work. */
 const SWEEP_INTERVAL_MS = 60_000;
 
-const settings = JSON.parse(process.env.BENCH_PINPOINT ?? '{}') as { state?: 'sqlite' | 'memory'; path?: string };
-const state: StateConfig = settings.state === 'sqlite' && settings.path !== undefined ? { kind: 'sqlite', path: settings.path } : { kind: 'memory' };
+const settings = JSON.parse(process.env.BENCH_PINPOINT ?? '{}') as { state?: 'sqlite' | 'memory' | 'postgres'; path?: string; url?: string };
+// As the config's `state { path = ... }` or `state { url = ... }` block reads; none: memory.
+const state: StateConfig =
+  settings.state === 'sqlite' && settings.path !== undefined
+    ? { kind: 'sqlite', path: settings.path }
+    : settings.state === 'postgres' && settings.url !== undefined
+      ? { kind: 'postgres', url: settings.url, schema: 'public' }
+      : { kind: 'memory' };
 
 const port = await freePort();
 const client: ClientRecord = {
@@ -40,8 +51,12 @@ const client: ClientRecord = {
   audience: [...AUDIENCE],
   refreshLifetimeMs: REFRESH_LIFETIME_MS,
   scopes: [SCOPE],
+  postLogoutRedirectUris: [],
+  idTokenSigningAlg: 'RS256',
+  refreshReuseGraceMs: 0,
 };
-// Shaped and frozen as config/load.ts leaves a loaded configuration.
+// Shaped and frozen as config/load.ts leaves a loaded configuration, with its defaults. Not read from a file by the
+// loader: its HCL parser adds about 50 MB of resident memory, which would move the RSS figures off earlier runs'.
 const config: Config = deepFreeze({
   file: '/bench/pinpoint.hcl',
   baseUrl: `http://127.0.0.1:${port}`,
@@ -52,8 +67,13 @@ const config: Config = deepFreeze({
   tls: { mode: 'off' },
   state,
   users: frozenMap([]),
-  federations: frozenMap([]),
+  // Never contacted: it makes the seeded grants' subjects (common.ts subjectOf) known.
+  federations: frozenMap([[UPSTREAM, { name: UPSTREAM, issuer: 'https://idp.example.org', clientId: 'pinpoint', clientSecret: 'unused', scopes: ['openid'] }]]),
   clients: frozenMap([[client.clientId, client]]),
+  trustedProxies: [],
+  // DESIGN.md §4's defaults (config/schema.ts DEFAULT_LIMITS), written out: importing the schema loads zod (5 MB).
+  limits: { clientFailures: 300, addressFailures: 300, loginFailures: 10, loginFailuresAny: 100, userCodeFailures: 20 },
+  resourceServers: frozenMap([]),
 });
 
 const logger = createLogger(config.logLevel);
@@ -63,8 +83,10 @@ const store =
   variant !== undefined && config.state.kind === 'sqlite'
     ? new ((await import(variant)) as { SqliteStore: new (path: string) => Store }).SqliteStore(config.state.path)
     : await openStore(config.state, { warn: (message) => logger.warn(message) });
-const keys = await loadSigningKeys(store);
-const { app } = await buildApp({ config, store, keys, logger });
+// As serve() (src/server.ts) runs: keys re-read from the store on a timer, metrics with the process collectors.
+const keys = await KeyRing.open(store);
+keys.start((error) => logger.warn({ err: { message: (error as Error).message } }, 'signing keys could not be re-read'));
+const { app } = await buildApp({ config, store, keys, logger, metrics: createMetrics({ processMetrics: true }) });
 const sweep = setInterval(() => {
   store.sweep(Date.now()).catch((error: unknown) => logger.warn({ err: { message: (error as Error).message } }, 'sweep failed'));
 }, SWEEP_INTERVAL_MS);
@@ -74,7 +96,7 @@ function newGrant(now: number, index: number): Grant {
   return {
     id: randomUUID(),
     clientId: CLIENT_ID,
-    subject: `user-${index}`,
+    subject: subjectOf(index),
     scope: [SCOPE],
     resources: [...AUDIENCE],
     claims: {},
@@ -89,8 +111,11 @@ loopDelay.enable();
 
 let seeded = 0;
 
-/** Store calls issued together, in order, then awaited: the SQLite store commits each such batch at once. */
-const SEED_BATCH = 500;
+/**
+ * Store calls issued together, in order, then awaited: the SQLite store commits each such batch at once. On PostgreSQL
+ * fewer: a call waits at most 2 s for one of the pool's connections before the store counts as unavailable.
+ */
+const SEED_BATCH = state.kind === 'postgres' ? 100 : 500;
 
 /** `count` pool lines, each from `seedOne`, whose store calls are issued SEED_BATCH items at a time and awaited per batch. */
 async function seedInBatches(count: number, seedOne: () => { calls: Promise<unknown>[]; line: string }): Promise<string[]> {
@@ -132,11 +157,14 @@ async function seedRefreshTokens(count: number): Promise<string[]> {
     const grant = newGrant(now, (seeded += 1));
     const code = newCode(grant, now);
     const refresh = newRefreshToken(grant.id, now, REFRESH_LIFETIME_MS);
-    const calls = [
-      store.createGrantWithCode(grant, code.record),
-      store.consumeCode(code.record.digest, now, refresh.record),
-    ];
-    return { calls, line: refresh.value };
+    // In order: on PostgreSQL the two calls may otherwise run on two connections, the code's use first.
+    const made = store
+      .createGrantWithCode(grant, code.record)
+      .then(() => store.consumeCode(code.record.digest, now, now + config.accessTokenLifetimeMs, refresh.record))
+      .then((consumed) => {
+        if (!consumed) throw new Error('a seeded code was not consumed: its refresh token would be refused');
+      });
+    return { calls: [made], line: refresh.value };
   });
   return shuffled(lines);
 }
@@ -154,6 +182,12 @@ async function seedCodes(count: number): Promise<string[]> {
 serveRpc({
   ...profilerCommands(),
   ...serverCommands({ refresh: seedRefreshTokens, code: seedCodes }),
+  /** The module that signs this server's JWTs (bench/legacy-signing.ts may have put another in place) and, for that one, how many it signed. */
+  async signing() {
+    const url = import.meta.resolve(JWT_MODULE);
+    const module = (await import(url)) as { legacySignatures?: () => number };
+    return { module: relative(fileURLToPath(new URL('..', import.meta.url)), fileURLToPath(url)), signatures: module.legacySignatures?.() };
+  },
   /** Event-loop delay since the last call (ms): what stalls every request in flight at once. */
   loopDelay() {
     const summary = { p50: loopDelay.percentile(50) / 1e6, p99: loopDelay.percentile(99) / 1e6, max: loopDelay.max / 1e6 };
@@ -162,6 +196,7 @@ serveRpc({
   },
   async stop() {
     clearInterval(sweep);
+    keys.stop();
     await app.close();
     await store.close();
     logger.flush();

@@ -20,10 +20,13 @@ export interface SpawnOptions {
   readonly stderr?: string;
   /** Extra node options, e.g. --cpu-prof. */
   readonly nodeOptions?: readonly string[];
+  /** Modules loaded with --import after tsx (so they may be TypeScript), e.g. a module-resolution hook. */
+  readonly imports?: readonly string[];
 }
 
 function spawnNode(options: SpawnOptions, ipc: boolean, pipeStdout = false): ChildProcess {
-  const nodeArgs = [...(options.nodeOptions ?? []), '--import', 'tsx', options.script, ...(options.args ?? [])];
+  const imports = (options.imports ?? []).flatMap((module) => ['--import', module]);
+  const nodeArgs = [...(options.nodeOptions ?? []), '--import', 'tsx', ...imports, options.script, ...(options.args ?? [])];
   const [command, argv] =
     options.core === undefined ? [process.execPath, nodeArgs] : ['taskset', ['-c', String(options.core), process.execPath, ...nodeArgs]];
   const out = pipeStdout ? 'pipe' : options.stdout === undefined ? 'inherit' : openSync(options.stdout, 'a');
@@ -134,4 +137,35 @@ export function residentMemory(pid: number): { rss: number; peak: number } {
 /** Pins this process (all its threads) to `core`; false when that failed. */
 export function pinSelf(core: number): boolean {
   return spawnSync('taskset', ['-a', '-cp', String(core), String(process.pid)], { stdio: 'ignore' }).status === 0;
+}
+
+/**
+ * CPU seconds used so far by each of `pids` that is a process of this machine named `name` (a pid another
+ * machine gave, or that has ended since, is left out).
+ */
+export function cpuOfNamed(pids: readonly number[], name: string): Map<number, number> {
+  const used = new Map<number, number>();
+  for (const pid of pids) {
+    try {
+      if (readFileSync(`/proc/${pid}/comm`, 'utf8').trim() !== name) continue;
+    } catch {
+      continue;
+    }
+    const seconds = cpuSeconds(pid);
+    if (Number.isFinite(seconds)) used.set(pid, seconds);
+  }
+  return used;
+}
+
+/** Busy and total CPU ticks of the whole machine, all cores, since boot (/proc/stat). */
+export function machineTicks(): { busy: number; total: number } {
+  try {
+    // user nice system idle iowait irq softirq steal (guest time is already counted in user).
+    const fields = (readFileSync('/proc/stat', 'utf8').split('\n')[0] ?? '').trim().split(/\s+/).slice(1, 9).map(Number);
+    const total = fields.reduce((sum, value) => sum + value, 0);
+    const idle = (fields[3] ?? 0) + (fields[4] ?? 0);
+    return { busy: total - idle, total };
+  } catch {
+    return { busy: Number.NaN, total: Number.NaN };
+  }
 }

@@ -7,7 +7,7 @@ export const CASES = ['client_credentials', 'refresh_token+resource', 'authoriza
 export type CaseName = (typeof CASES)[number];
 
 export interface Row {
-  readonly caseName: CaseName | 'scale';
+  readonly caseName: CaseName | 'scale' | 'postgres';
   readonly connections: number;
   readonly server: string;
   /** Responses per second over all measured segments. */
@@ -19,9 +19,14 @@ export interface Row {
   readonly max: number;
   readonly errors: number;
   readonly firstError?: string;
-  /** Share of one core the server used while measured, and the most the driver used. */
+  /** Share of one core the server used while measured (several instances: together), and the most the driver used. */
   readonly serverCpu: number;
   readonly driverCpu: number;
+  /** Several instances loaded at once: each one's share of a core. */
+  readonly instanceCpu?: readonly number[];
+  /** With a database in its own processes: their share of one core, and the whole machine's busy cores (every process on it). */
+  readonly databaseCpu?: number;
+  readonly machineCpu?: number;
   /** Rate in the first second of a segment against that segment's rate, averaged over the segments (1.00: warm). */
   readonly firstSecond: number;
   readonly rss: number;
@@ -36,6 +41,9 @@ export interface ScaleResult {
   readonly peakRss: Partial<Record<'small' | 'large', number>>;
 }
 
+/** Refresh on PostgreSQL with one and with two instances, or why it did not run. */
+export type PostgresResult = { readonly rows: readonly Row[]; readonly server: string } | { readonly skipped: string };
+
 export interface Target {
   readonly name: string;
   readonly met: boolean;
@@ -45,11 +53,16 @@ export interface Target {
 const PINPOINT = 'pinpoint sqlite';
 const PEER = 'oidc-provider';
 const FLOOR = 'fastify+jose';
+/** The same Pinpoint with the signing it had before jose (bench/legacy-jwt.ts). */
+export const LEGACY_SIGNING = 'pinpoint sqlite (node:crypto signing)';
+const ONE_INSTANCE = '1 instance';
+const TWO_INSTANCES = '2 instances';
 const RSS_LIMIT = 250 * 1024 * 1024;
 
 const mb = (bytes: number | undefined): string => (bytes === undefined || Number.isNaN(bytes) ? '-' : `${(bytes / 1024 / 1024).toFixed(0)} MB`);
 const fixed = (value: number, digits: number): string => (Number.isFinite(value) ? value.toFixed(digits) : '-');
 const whole = (value: number): string => (Number.isFinite(value) ? Math.round(value).toString() : '-');
+const percent = (share: number | undefined): string => (share === undefined || !Number.isFinite(share) ? '-' : `${Math.round(share * 100)}%`);
 
 function spread(rates: readonly number[]): string {
   if (rates.length < 2) return '';
@@ -92,7 +105,31 @@ export function ratioLines(rows: readonly Row[]): string[] {
   return [
     ...CASES.map((caseName) => line(`ratio ${caseName}`, find(rows, caseName, PINPOINT), find(rows, caseName, PEER))),
     line('floor client_credentials', find(rows, 'client_credentials', PINPOINT), find(rows, 'client_credentials', FLOOR)),
+    line('jose cost', find(rows, 'client_credentials', PINPOINT), find(rows, 'client_credentials', LEGACY_SIGNING)),
   ];
+}
+
+/** What `jose cost` compares, in one sentence. */
+const JOSE_COST =
+  'jose cost: Pinpoint as it is (every JWT signed by jose, CompactSign with a CryptoKey) against the same build with ' +
+  'bench/legacy-jwt.ts in place of dist/crypto/jwt.js (the compact JWS built by hand and signed synchronously by node:crypto, ' +
+  'as before 9fbb4d6), client_credentials at c=16, both on SQLite, interleaved in the same run.';
+
+/** The PostgreSQL scale line (exact form, for scripts). */
+function postgresLines(postgres: PostgresResult): string[] {
+  const prefix = 'scale postgres 2 instances';
+  if ('skipped' in postgres) return [`${prefix}: skipped (${postgres.skipped})`];
+  const one = find(postgres.rows, 'postgres', ONE_INSTANCE);
+  const two = find(postgres.rows, 'postgres', TWO_INSTANCES);
+  if (one === undefined || two === undefined) return [`${prefix}: missing`];
+  if (one.errors > 0 || two.errors > 0) return [`${prefix}: refused (${one.errors + two.errors} errors)`];
+  return [`${prefix}: ${Math.round(two.rate)} / ${Math.round(one.rate)} = ${(two.rate / one.rate).toFixed(2)}`];
+}
+
+/** Where the CPU went in one PostgreSQL row, as shares of one core. */
+function postgresCpu(row: Row): string {
+  const instances = row.instanceCpu === undefined ? percent(row.serverCpu) : row.instanceCpu.map((cpu, i) => `${String.fromCharCode(65 + i)} ${percent(cpu)}`).join(' + ');
+  return `Pinpoint ${instances}, PostgreSQL ${percent(row.databaseCpu)}, driver ${percent(row.driverCpu)}; machine busy ${percent(row.machineCpu)} of ${cpus().length * 100}%`;
 }
 
 function scaleLines(scaleRows: readonly Row[], scale: ScaleResult): string[] {
@@ -120,14 +157,24 @@ function table(rows: readonly Row[]): string[] {
 }
 
 /** Prints the table, the errors of refused cases and the ratio lines; returns how many rows were refused. */
-export function printReport(rows: readonly Row[], scaleRows: readonly Row[], scale: ScaleResult | undefined, pinned: boolean, log: (line: string) => void): number {
-  const all = [...rows, ...scaleRows];
+export function printReport(
+  rows: readonly Row[],
+  scaleRows: readonly Row[],
+  scale: ScaleResult | undefined,
+  postgres: PostgresResult | undefined,
+  pinned: boolean,
+  log: (line: string) => void,
+): number {
+  const postgresRows = postgres === undefined || 'skipped' in postgres ? [] : postgres.rows;
+  const all = [...rows, ...scaleRows, ...postgresRows];
   for (const line of table(all)) log(line);
   log(`(req/s: mean over the measured segments; spread: half the range of segment rates; warm: first second / segment rate, mean over segments;${pinned ? '' : ' NOT PINNED;'} cpu: share of one core)`);
   for (const row of all.filter((r) => r.errors > 0)) log(`refused ${row.caseName} c=${row.connections} ${row.server}: ${row.firstError ?? `${row.errors} errors`}`);
   log('');
   for (const line of ratioLines(rows)) log(line);
   if (scale !== undefined) for (const line of scaleLines(scaleRows, scale)) log(line);
+  if (postgres !== undefined) for (const line of postgresLines(postgres)) log(line);
+  for (const row of postgresRows) log(`postgres ${row.server} cpu: ${postgresCpu(row)}`);
   return all.filter((row) => row.errors > 0).length;
 }
 
@@ -173,12 +220,47 @@ async function packageVersion(name: string): Promise<string> {
   }
 }
 
+/** The section on the PostgreSQL case: this run's figures in a marked paragraph; the analysis is written by hand in the notes. */
+function postgresSection(postgres: PostgresResult): string[] {
+  const heading = ['## PostgreSQL: what limits two instances on 2 cores', '', '<!-- figures written by report.ts from this run; the analysis belongs in the notes below, which a run keeps -->', ''];
+  if ('skipped' in postgres) return [...heading, `Not measured in this run: ${postgres.skipped}.`, ''];
+  const one = find(postgres.rows, 'postgres', ONE_INSTANCE);
+  const two = find(postgres.rows, 'postgres', TWO_INSTANCES);
+  if (one === undefined || two === undefined) return [...heading, 'Not measured in this run.', ''];
+  const figures = (row: Row): string =>
+    row.errors > 0 ? `refused (${row.firstError ?? `${row.errors} errors`})` : `${whole(row.rate)} req/s, p99 ${fixed(row.p99, 2)} ms; CPU: ${postgresCpu(row)}`;
+  return [
+    ...heading,
+    `refresh_token+resource, every instance on one database of ${postgres.server}; 16 connections from the one driver`,
+    'process: one autocannon instance of 16 connections for one Pinpoint instance, two of 8 connections each (one per instance) for two.',
+    '',
+    `- 1 instance (core 0): ${figures(one)}.`,
+    `- 2 instances (A on core 0, B on core 1): ${figures(two)}; ${fixed(two.rate / one.rate, 2)}x the one instance.`,
+    '',
+    "CPU shares are of one core, averaged over the measured segments; PostgreSQL's are its backends for this database and its",
+    'background processes (WAL writer, checkpointer, autovacuum). With two instances, B shares core 1 with the driver,',
+    "and PostgreSQL's processes are not pinned: they run on either core, so the instances, the driver and PostgreSQL all",
+    'compete for the two cores. "machine busy" counts every process on the machine, this benchmark\'s and any other.',
+    '',
+  ];
+}
+
 /** Everything below this line of RESULTS.md is written by hand and kept when the figures are rewritten. */
 const NOTES_MARKER = '<!-- notes below are kept when `npm run bench` rewrites the figures above -->';
 
 export async function writeResults(
   file: string,
-  run: { rows: readonly Row[]; scaleRows: readonly Row[]; scale: ScaleResult; targets: readonly Target[]; signing?: string; pinned: boolean; seconds: number; nodeFlags: readonly string[] },
+  run: {
+    rows: readonly Row[];
+    scaleRows: readonly Row[];
+    scale: ScaleResult;
+    postgres: PostgresResult;
+    targets: readonly Target[];
+    signing?: string;
+    pinned: boolean;
+    seconds: number;
+    nodeFlags: readonly string[];
+  },
 ): Promise<void> {
   const previous = await readFile(file, 'utf8').catch(() => '');
   const at = previous.indexOf(NOTES_MARKER);
@@ -188,7 +270,8 @@ export async function writeResults(
   const commit = spawnSync('git', ['rev-parse', '--short', 'HEAD'], { encoding: 'utf8' }).stdout.trim();
   const dirty = spawnSync('git', ['status', '--porcelain', '--', 'src'], { encoding: 'utf8' }).stdout.trim() !== '';
   const cpu = cpus();
-  const tableRows = [...run.rows, ...run.scaleRows].map(cells);
+  const postgresRows = 'skipped' in run.postgres ? [] : run.postgres.rows;
+  const tableRows = [...run.rows, ...run.scaleRows, ...postgresRows].map(cells);
   const text = [
     '# Benchmark results',
     '',
@@ -197,7 +280,7 @@ export async function writeResults(
     '',
     `- date: ${new Date().toISOString()}; run took ${Math.round(run.seconds)} s`,
     `- machine: ${cpu.length} × ${cpu[0]?.model ?? '?'}, ${(totalmem() / 1024 ** 3).toFixed(1)} GiB, ${type()} ${release()}; load average at the end ${loadavg().map((x) => x.toFixed(2)).join(' ')}`,
-    `- pinning: ${run.pinned ? 'each server process on core 0 (taskset), the autocannon driver on core 1' : 'NONE (taskset missing)'}`,
+    `- pinning: ${run.pinned ? 'each server process on core 0 (taskset), the autocannon driver on core 1; PostgreSQL case: instance A on core 0, instance B on core 1, PostgreSQL unpinned' : 'NONE (taskset missing)'}`,
     `- Node ${process.version}; Pinpoint ${commit}${dirty ? ' with uncommitted changes in src/' : ''}; ${versions.join(', ')}`,
     '- cases: warmed up 2 s per server, then 10 s measured per server as 4 segments of 2.5 s interleaved A B C C B A A B C C B A',
     `- every server process runs with the node flags Pinpoint ships with (\`npm start\`: ${run.nodeFlags.join(' ')}), so the ratios compare code, not runtime settings`,
@@ -208,7 +291,10 @@ export async function writeResults(
     '```',
     ...ratioLines(run.rows),
     ...scaleLines(run.scaleRows, run.scale),
+    ...postgresLines(run.postgres),
     '```',
+    '',
+    JOSE_COST,
     '',
     '## Targets',
     '',
@@ -225,8 +311,10 @@ export async function writeResults(
     'req/s: mean over the measured segments; spread: half the range of the segment rates; p50/p99/max: every measured response;',
     'srv cpu: share of its core the server used while measured; drv cpu: the most the driver used (near 100%: the driver, not the server, is the limit);',
     'warm: the rate in the first second of a segment against that segment\'s rate, mean over the segments (about 1: no slow start); rss: server resident memory after the case.',
+    'postgres rows: srv cpu and rss are both instances\' together.',
     '',
     ...(run.signing === undefined ? [] : ['## Signing one ES256 JWS on one core (bench/sign.ts)', '', '```', run.signing.trimEnd(), '```', '']),
+    ...postgresSection(run.postgres),
     NOTES_MARKER,
   ].join('\n');
   await writeFile(file, `${text}${notes}`);

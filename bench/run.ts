@@ -1,31 +1,47 @@
 /**
  * `npm run bench` — Pinpoint side by side with oidc-provider (and a bare Fastify floor) on loopback.
- * Every server runs in its own process pinned to core 0, the autocannon driver in its own process pinned
- * to core 1. Within a case the servers' measured segments are interleaved (A B C C B A ...) so the
- * machine's drift hits them alike; the ratios, not the absolute figures, are the result.
+ * Every server runs in its own process pinned to core 0 (but the second PostgreSQL instance, see below), the
+ * autocannon driver in its own process pinned to core 1. Within a case the servers' measured segments are
+ * interleaved (A B C C B A ...) so the machine's drift hits them alike; the ratios, not the absolute figures, are the result.
  *
  *   npm run bench                     full run (about 10 minutes), writes bench/RESULTS.md
  *   npm run bench -- --smoke          every case for 1 s, small scale seed, no thresholds (CI)
  *   npm run bench -- --profile CASE   Pinpoint (SQLite) under CASE at c=16 with the V8 profiler, then the hottest functions
- *                                     (--target oidc-provider|pinpoint-memory to profile another; --perf adds Linux perf,
+ *                                     (--target oidc-provider|pinpoint-memory|pinpoint-postgres to profile another; --perf adds Linux perf,
  *                                     native code, kernel and every thread included)
  *   npm run bench -- --keep           keep the temp folder (databases, access logs, pools, profiles)
- *   npm run bench -- --only A,B       only these cases (names as in the table, or `scale`); no RESULTS.md
+ *   npm run bench -- --only A,B       only these cases (names as in the table, `scale` or `postgres`); no RESULTS.md
  *   npm run bench -- --connections 16 only this concurrency (default 1,16); no RESULTS.md
  *   npm run bench -- --variant FILE   also run "pinpoint variant": SQLite through the SqliteStore FILE exports, interleaved
  *                                     with the others, to measure a store change before making it in src/; no RESULTS.md
+ *
+ * Two lines compare Pinpoint with itself. "jose cost": client_credentials at c=16 also runs a second Pinpoint whose
+ * dist/crypto/jwt.js is replaced by bench/legacy-jwt.ts (the previous node:crypto signing) through a resolution hook
+ * loaded into that process only (bench/legacy-signing.ts). "scale postgres": refresh on one PostgreSQL database with
+ * one instance (core 0) and with two (cores 0 and 1), the driver's 16 connections split 8/8 (bench/postgres.ts).
  */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { mkdtemp, readFile, rm, stat, unlink } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { cpus, tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { fileURLToPath, pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
 import { API, AUDIENCE, SCOPE, startNodeFlags, tasksetAvailable, type PoolKind } from './common.js';
 import type { BodySpec, Expectation, RunResult, RunSpec } from './driver.js';
-import { cpuSeconds, DRIVER_CORE, Peer, pinSelf, residentMemory, runScript, SERVER_CORE } from './processes.js';
+import { createBenchDatabase, describeServer, serverAddress, type BenchDatabase } from './postgres.js';
+import { cpuOfNamed, cpuSeconds, DRIVER_CORE, machineTicks, Peer, pinSelf, residentMemory, runScript, SERVER_CORE } from './processes.js';
 import { summariseProfile } from './profile.js';
-import { CASES, evaluateTargets, printReport, writeResults, type CaseName, type Row, type ScaleResult } from './report.js';
+import {
+  CASES,
+  evaluateTargets,
+  LEGACY_SIGNING,
+  printReport,
+  writeResults,
+  type CaseName,
+  type PostgresResult,
+  type Row,
+  type ScaleResult,
+} from './report.js';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const { values: options } = parseArgs({
@@ -60,8 +76,20 @@ const timing = smoke
       },
     };
 const SCALE = smoke ? { small: 10_000, large: 20_000 } : { small: 10_000, large: 1_000_000 };
+/** Refresh on PostgreSQL: total connections, split evenly over the instances. */
+const POSTGRES_CONNECTIONS = 16;
 
-type ServerName = 'pinpoint-sqlite' | 'pinpoint-memory' | 'pinpoint-variant' | 'oidc-provider' | 'floor' | 'scale-small' | 'scale-large';
+type ServerName =
+  | 'pinpoint-sqlite'
+  | 'pinpoint-memory'
+  | 'pinpoint-variant'
+  | 'pinpoint-legacy-signing'
+  | 'oidc-provider'
+  | 'floor'
+  | 'scale-small'
+  | 'scale-large'
+  | 'postgres-a'
+  | 'postgres-b';
 interface Ready {
   readonly ready: true;
   readonly port: number;
@@ -76,14 +104,24 @@ interface Server {
 }
 
 /** One server under one case: what to send and what must come back. */
-interface Participant {
-  readonly label: string;
+interface Leg {
   readonly server: Server;
   readonly path: string;
   readonly body: BodySpec;
   readonly expect: Expectation;
-  readonly pool?: { readonly kind: PoolKind; readonly name: string; readonly preseeded: boolean };
+  /** expectedRate: the most req/s this leg should reach, for sizing its pool before the case has measured it. */
+  readonly pool?: { readonly kind: PoolKind; readonly name: string; readonly preseeded: boolean; readonly expectedRate?: number };
 }
+
+/** One row of the table: one server, or several loaded at once with the connections split evenly over them. */
+interface Participant {
+  readonly label: string;
+  readonly legs: readonly Leg[];
+  /** A database whose processes' CPU is measured too. */
+  readonly database?: BenchDatabase;
+}
+
+const single = (label: string, leg: Leg): Participant => ({ label, legs: [leg] });
 
 const pinned = tasksetAvailable();
 const core = (wanted: number): number | undefined => (pinned ? wanted : undefined);
@@ -101,15 +139,22 @@ const servers: Server[] = [];
 
 const shippedNodeFlags = await startNodeFlags();
 
-async function startServer(name: ServerName, script: string, env: Record<string, string> = {}, nodeOptions: string[] = []): Promise<Server> {
+/** nodeOptions: more node flags; imports: modules loaded with --import after tsx; onCore: where to pin (default SERVER_CORE). */
+async function startServer(
+  name: ServerName,
+  script: string,
+  env: Record<string, string> = {},
+  extra: { nodeOptions?: readonly string[]; imports?: readonly string[]; onCore?: number } = {},
+): Promise<Server> {
   const peer = new Peer<Ready>(name, {
     script: join(here, script),
     env,
-    core: core(SERVER_CORE),
+    core: core(extra.onCore ?? SERVER_CORE),
     stdout: join(temp, `${name}.log`),
     stderr: join(temp, `${name}.err`),
     // Every server gets the node flags Pinpoint ships with: the ratios compare code, not runtime settings.
-    nodeOptions: [...shippedNodeFlags, ...nodeOptions],
+    nodeOptions: [...shippedNodeFlags, ...(extra.nodeOptions ?? [])],
+    imports: extra.imports ?? [],
   });
   let ready: Ready;
   try {
@@ -126,32 +171,37 @@ async function startServer(name: ServerName, script: string, env: Record<string,
 const pinpointEnv = (state: 'sqlite' | 'memory', path?: string): Record<string, string> => ({
   BENCH_PINPOINT: JSON.stringify({ state, ...(path === undefined ? {} : { path }) }),
 });
+const postgresEnv = (url: string): Record<string, string> => ({ BENCH_PINPOINT: JSON.stringify({ state: 'postgres', url }) });
 
 /** Highest rate seen per server and concurrency (client_credentials runs first: it bounds the other cases). */
 const bestRate = new Map<string, number>();
 const caseRate = new Map<string, number>();
 let poolFiles = 0;
 
+/** Connections of each of `legs` legs: `connections` split as evenly as it divides. */
+const shares = (connections: number, legs: number): number[] =>
+  Array.from({ length: legs }, (_, i) => Math.floor(connections / legs) + (i < connections % legs ? 1 : 0));
+
 /**
- * Makes sure the driver holds fresh tokens for `seconds` of this participant at its fastest, making
+ * Makes sure the driver holds fresh tokens for `seconds` of this leg at its fastest, making
  * `spare` times what is missing: a pool that ran dry would void the case, and its refused requests
- * would trip the server's failure limiter (429) for the cases after it.
+ * would trip the server's failure limiter (429) for the cases after it. `key` names the leg within its case.
  */
-async function ensurePool(participant: Participant, connections: number, seconds: number, group: string, spare = 1): Promise<void> {
-  const pool = participant.pool;
+async function ensurePool(leg: Leg, key: string, connections: number, seconds: number, group: string, spare = 1): Promise<void> {
+  const pool = leg.pool;
   // Pre-seeded pools were sized from the measured refresh rate; running dry shows up as errors.
   if (pool === undefined || pool.preseeded) return;
-  // The case's own rate once measured (its warm-up); before that, the server's best at this concurrency
-  // (client_credentials runs first and is the fastest case). Cold (smoke mode), first rates say little.
-  const measured = caseRate.get(`${group}|${participant.label}`);
-  const bound = bestRate.get(`${participant.server.name}|c${connections}`) ?? bestRate.get(`${participant.server.name}|c16`) ?? 15_000;
-  const estimate = smoke ? Math.max(measured ?? 0, bound, 15_000) : (measured ?? bound);
+  // The case's own rate once measured (its warm-up); before that, the leg's expected rate or the server's best at
+  // this concurrency (client_credentials runs first and is the fastest case). Cold (smoke mode), first rates say little.
+  const measured = caseRate.get(`${group}|${key}`);
+  const bound = pool.expectedRate ?? bestRate.get(`${leg.server.name}|c${connections}`) ?? bestRate.get(`${leg.server.name}|c16`) ?? 15_000;
+  const estimate = smoke ? Math.max(measured ?? 0, pool.expectedRate ?? Math.max(bound, 15_000)) : (measured ?? bound);
   // Tokens made and never used stay in the server's state, so the margin is modest; segments top up.
   const need = Math.ceil(estimate * seconds * (measured === undefined ? 1.5 : 1.3)) + 4 * connections + 200;
   const remaining = await driver.call<number>('remaining', { name: pool.name });
   if (remaining >= need) return;
   const file = join(temp, `pool-${(poolFiles += 1)}.txt`);
-  await participant.server.peer.call('seed', { kind: pool.kind, count: spare * need - remaining, file });
+  await leg.server.peer.call('seed', { kind: pool.kind, count: spare * need - remaining, file });
   await driver.call('pool', { name: pool.name, file });
   await unlink(file);
 }
@@ -163,30 +213,93 @@ interface Tally {
   firstError?: string;
   segmentRates: number[];
   serverCpu: number;
+  instanceCpu: number[];
+  databaseCpu: number;
+  machineCpu: number;
   driverCpu: number;
   firstSecond: number[];
 }
 
-async function runOnce(participant: Participant, connections: number, seconds: number, group: string, series?: string): Promise<RunResult & { serverCpu: number }> {
-  await ensurePool(participant, connections, seconds, group, 2);
-  const spec: RunSpec = {
-    port: participant.server.port,
-    path: participant.path,
-    connections,
-    seconds,
-    body: participant.body,
-    expect: participant.expect,
-    ...(series === undefined ? {} : { series }),
+/** What one run of a participant measured; CPU figures are shares of one core, averaged over the run. */
+interface Measured extends RunResult {
+  /** Every leg's server together, and each leg's server. */
+  readonly serverCpu: number;
+  readonly instanceCpu: readonly number[];
+  /** The participant's database processes (NaN without one), and the whole machine, every core. */
+  readonly databaseCpu: number;
+  readonly machineCpu: number;
+}
+
+/** The legs' results as one: responses added up over the longest leg's time. */
+function combined(results: readonly RunResult[]): RunResult {
+  const sum = (field: 'responses' | 'non2xx' | 'errors' | 'timeouts' | 'invalid' | 'exhausted'): number => results.reduce((total, result) => total + result[field], 0);
+  const firstInvalid = results.find((result) => result.firstInvalid !== undefined)?.firstInvalid;
+  const slots = Math.max(...results.map((result) => result.perHalfSecond.length));
+  return {
+    responses: sum('responses'),
+    seconds: Math.max(...results.map((result) => result.seconds)),
+    non2xx: sum('non2xx'),
+    errors: sum('errors'),
+    timeouts: sum('timeouts'),
+    invalid: sum('invalid'),
+    ...(firstInvalid === undefined ? {} : { firstInvalid }),
+    exhausted: sum('exhausted'),
+    perHalfSecond: Array.from({ length: slots }, (_, slot) => results.reduce((total, result) => total + (result.perHalfSecond[slot] ?? 0), 0)),
+    // Each leg's figure is the whole driver process's.
+    driverCpu: Math.max(...results.map((result) => result.driverCpu)),
   };
-  const cpuBefore = cpuSeconds(participant.server.peer.pid);
+}
+
+/** CPU seconds of each of the database's processes that runs on this machine (PostgreSQL's are named `postgres`). */
+const databaseCpu = async (database: BenchDatabase): Promise<Map<number, number>> => cpuOfNamed(await database.processes(), 'postgres');
+
+/** Database CPU seconds used since `before` (processes started since count from zero); NaN when none runs here (a remote server). */
+function databaseSecondsSince(now: ReadonlyMap<number, number>, before: ReadonlyMap<number, number>): number {
+  if (now.size === 0) return Number.NaN;
+  let seconds = 0;
+  for (const [pid, used] of now) seconds += used - (before.get(pid) ?? 0);
+  return seconds;
+}
+
+async function runOnce(participant: Participant, connections: number, seconds: number, group: string, series?: string): Promise<Measured> {
+  const split = shares(connections, participant.legs.length);
+  const keyOf = (leg: Leg): string => `${participant.label}|${leg.server.name}`;
+  await Promise.all(participant.legs.map((leg, i) => ensurePool(leg, keyOf(leg), split[i] as number, seconds, group, 2)));
+  const pids = participant.legs.map((leg) => leg.server.peer.pid);
+  const cpuBefore = pids.map(cpuSeconds);
+  const databaseBefore = participant.database === undefined ? new Map<number, number>() : await databaseCpu(participant.database);
+  const machineBefore = machineTicks();
   const wallBefore = performance.now();
-  const result = await driver.call<RunResult>('run', { spec });
-  const serverCpu = (cpuSeconds(participant.server.peer.pid) - cpuBefore) / ((performance.now() - wallBefore) / 1000);
-  const rate = result.responses / result.seconds;
-  const key = `${participant.server.name}|c${connections}`;
-  bestRate.set(key, Math.max(bestRate.get(key) ?? 0, rate));
-  caseRate.set(`${group}|${participant.label}`, Math.max(caseRate.get(`${group}|${participant.label}`) ?? 0, rate));
-  return { ...result, serverCpu };
+  // The legs run at once, each an autocannon instance of its own in the one driver process.
+  const results = await Promise.all(
+    participant.legs.map((leg, i) => {
+      const spec: RunSpec = {
+        port: leg.server.port,
+        path: leg.path,
+        connections: split[i] as number,
+        seconds,
+        body: leg.body,
+        expect: leg.expect,
+        ...(series === undefined ? {} : { series }),
+      };
+      return driver.call<RunResult>('run', { spec });
+    }),
+  );
+  const wall = (performance.now() - wallBefore) / 1000;
+  const instanceCpu = pids.map((pid, i) => (cpuSeconds(pid) - (cpuBefore[i] as number)) / wall);
+  const databaseAfter = participant.database === undefined ? undefined : await databaseCpu(participant.database);
+  const databaseShare = databaseAfter === undefined ? Number.NaN : databaseSecondsSince(databaseAfter, databaseBefore) / wall;
+  const machineAfter = machineTicks();
+  const machineCpu = ((machineAfter.busy - machineBefore.busy) / (machineAfter.total - machineBefore.total)) * cpus().length;
+  for (const [i, leg] of participant.legs.entries()) {
+    const result = results[i] as RunResult;
+    const rate = result.responses / result.seconds;
+    const best = `${leg.server.name}|c${split[i] as number}`;
+    bestRate.set(best, Math.max(bestRate.get(best) ?? 0, rate));
+    const own = `${group}|${keyOf(leg)}`;
+    caseRate.set(own, Math.max(caseRate.get(own) ?? 0, rate));
+  }
+  return { ...combined(results), serverCpu: instanceCpu.reduce((sum, x) => sum + x, 0), instanceCpu, databaseCpu: databaseShare, machineCpu };
 }
 
 const errorCount = (result: RunResult): number => result.non2xx + result.errors + result.timeouts + result.invalid + result.exhausted;
@@ -204,14 +317,17 @@ function describeErrors(result: RunResult): string {
 
 /** Warms every participant, then runs the interleaved measured segments; one row per participant. */
 async function runCase(
-  caseName: CaseName | 'scale',
+  caseName: CaseName | 'scale' | 'postgres',
   connections: number,
   participants: readonly Participant[],
   afterWarmup?: () => Promise<unknown>,
 ): Promise<Row[]> {
   const group = `${caseName}|c${connections}`;
   const tallies = new Map<string, Tally>(
-    participants.map((p) => [p.label, { responses: 0, seconds: 0, errors: 0, segmentRates: [], serverCpu: 0, driverCpu: 0, firstSecond: [] }]),
+    participants.map((p) => [
+      p.label,
+      { responses: 0, seconds: 0, errors: 0, segmentRates: [], serverCpu: 0, instanceCpu: p.legs.map(() => 0), databaseCpu: 0, machineCpu: 0, driverCpu: 0, firstSecond: [] },
+    ]),
   );
   const note = (participant: Participant, result: RunResult): Tally => {
     const tally = tallies.get(participant.label) as Tally;
@@ -228,10 +344,16 @@ async function runCase(
   }
   // Every token the measured segments need is made now, sized from the warm-up's rate, so no seeding falls
   // between them; a short second warm-up lets each server absorb what seeding wrote (its checkpoint).
-  const pooled = participants.filter((participant) => participant.pool !== undefined);
+  const pooled = participants.filter((participant) => participant.legs.some((leg) => leg.pool !== undefined));
   const measuredSeconds = timing.segment * timing.order([0]).length;
   const settleSeconds = timing.warmup > 0 ? 1 : 0;
-  for (const participant of pooled) await ensurePool(participant, connections, measuredSeconds + settleSeconds, group);
+  // All pools at once: servers on different cores (the PostgreSQL instances) seed side by side.
+  await Promise.all(
+    pooled.flatMap((participant) => {
+      const split = shares(connections, participant.legs.length);
+      return participant.legs.map((leg, i) => ensurePool(leg, `${participant.label}|${leg.server.name}`, split[i] as number, measuredSeconds + settleSeconds, group));
+    }),
+  );
   if (settleSeconds > 0) for (const participant of pooled) note(participant, await runOnce(participant, connections, settleSeconds, group));
   await afterWarmup?.();
   for (const participant of timing.order(participants)) {
@@ -241,6 +363,9 @@ async function runCase(
     tally.seconds += result.seconds;
     tally.segmentRates.push(result.responses / result.seconds);
     tally.serverCpu += result.serverCpu * result.seconds;
+    result.instanceCpu.forEach((cpu, i) => (tally.instanceCpu[i] = (tally.instanceCpu[i] ?? 0) + cpu * result.seconds));
+    tally.databaseCpu += result.databaseCpu * result.seconds;
+    tally.machineCpu += result.machineCpu * result.seconds;
     tally.driverCpu = Math.max(tally.driverCpu, result.driverCpu);
     // The first second of each segment against the segment's own rate: below 1 means still warming.
     const [first = 0, second = 0] = result.perHalfSecond;
@@ -264,9 +389,11 @@ async function runCase(
       errors: tally.errors,
       ...(tally.firstError === undefined ? {} : { firstError: tally.firstError }),
       serverCpu: tally.serverCpu / tally.seconds,
+      ...(participant.legs.length > 1 ? { instanceCpu: tally.instanceCpu.map((cpu) => cpu / tally.seconds) } : {}),
+      ...(participant.database === undefined ? {} : { databaseCpu: tally.databaseCpu / tally.seconds, machineCpu: tally.machineCpu / tally.seconds }),
       driverCpu: tally.driverCpu,
       firstSecond: tally.firstSecond.length === 0 ? Number.NaN : tally.firstSecond.reduce((sum, x) => sum + x, 0) / tally.firstSecond.length,
-      rss: residentMemory(participant.server.peer.pid).rss,
+      rss: participant.legs.reduce((sum, leg) => sum + residentMemory(leg.server.peer.pid).rss, 0),
     });
   }
   return rows;
@@ -274,23 +401,26 @@ async function runCase(
 
 const ccBody: BodySpec = { kind: 'static', text: `grant_type=client_credentials&scope=${SCOPE}` };
 
-function participantsFor(caseName: CaseName, list: readonly { label: string; server: Server }[]): Participant[] {
-  return list.map(({ label, server }) => {
-    const oidc = server.name === 'oidc-provider';
-    switch (caseName) {
-      case 'client_credentials':
-        // Pinpoint: the client's whole audience (DESIGN.md §5); oidc-provider: its default resource.
-        return { label, server, path: '/token', body: ccBody, expect: { shape: 'token', aud: oidc ? API : AUDIENCE, refreshToken: false, issuer: server.issuer } };
-      case 'refresh_token+resource': {
-        const name = `${server.name}:refresh`;
-        return { label, server, path: '/token', body: { kind: 'refresh', pool: name }, expect: { shape: 'token', aud: API, refreshToken: true, issuer: server.issuer }, pool: { kind: 'refresh', name, preseeded: false } };
-      }
-      case 'authorization_code+resource': {
-        const name = `${server.name}:code`;
-        return { label, server, path: '/token', body: { kind: 'code', pool: name }, expect: { shape: 'token', aud: API, refreshToken: true, issuer: server.issuer }, pool: { kind: 'code', name, preseeded: false } };
-      }
+/** `server` under `caseName`; a pooled case draws from the pool `poolName` (default: one pool per server and case). */
+function legFor(caseName: CaseName, server: Server, poolName?: string): Leg {
+  const oidc = server.name === 'oidc-provider';
+  switch (caseName) {
+    case 'client_credentials':
+      // Pinpoint: the client's whole audience (DESIGN.md §5); oidc-provider: its default resource.
+      return { server, path: '/token', body: ccBody, expect: { shape: 'token', aud: oidc ? API : AUDIENCE, refreshToken: false, issuer: server.issuer } };
+    case 'refresh_token+resource': {
+      const name = poolName ?? `${server.name}:refresh`;
+      return { server, path: '/token', body: { kind: 'refresh', pool: name }, expect: { shape: 'token', aud: API, refreshToken: true, issuer: server.issuer }, pool: { kind: 'refresh', name, preseeded: false } };
     }
-  });
+    case 'authorization_code+resource': {
+      const name = poolName ?? `${server.name}:code`;
+      return { server, path: '/token', body: { kind: 'code', pool: name }, expect: { shape: 'token', aud: API, refreshToken: true, issuer: server.issuer }, pool: { kind: 'code', name, preseeded: false } };
+    }
+  }
+}
+
+function participantsFor(caseName: CaseName, list: readonly { label: string; server: Server }[]): Participant[] {
+  return list.map(({ label, server }) => single(label, legFor(caseName, server)));
 }
 
 async function stopAll(list: readonly Server[]): Promise<void> {
@@ -298,93 +428,92 @@ async function stopAll(list: readonly Server[]): Promise<void> {
   for (const server of list) servers.splice(servers.indexOf(server), 1);
 }
 
-/** One server under one case at c=16, with the V8 profiler (and perf) on for the measured segments only (no seeding, no warm-up). */
-async function profileRun(caseName: CaseName): Promise<void> {
-  const target = options.target as ServerName;
-  const nodeOptions = options.perf ? ['--perf-basic-prof-only-functions'] : [];
-  const server =
-    target === 'oidc-provider'
-      ? await startServer('oidc-provider', 'oidc-server.ts', {}, nodeOptions)
-      : target === 'pinpoint-memory'
-        ? await startServer('pinpoint-memory', 'pinpoint-server.ts', pinpointEnv('memory'), nodeOptions)
-        : await startServer('pinpoint-sqlite', 'pinpoint-server.ts', pinpointEnv('sqlite', join(temp, 'pinpoint.db')), nodeOptions);
-  const [participant] = participantsFor(caseName, [{ label: server.name, server }]);
-  if (participant === undefined) return;
-  // Every token the run needs is created before the profiler starts.
-  await ensurePool(participant, 16, timing.warmup + timing.segment * timing.order([0]).length, `${caseName}|c16`);
-  const file = join(temp, `${server.name}-${caseName}.cpuprofile`);
-  const perfData = join(temp, 'perf.data');
-  let perf: ChildProcess | undefined;
-  const rows = await runCase(caseName, 16, [participant], async () => {
-    if (options.perf) perf = spawn('perf', ['record', '-F', '999', '-g', '-p', String(server.peer.pid), '-o', perfData], { stdio: 'ignore' });
-    if (server.name !== 'oidc-provider') await server.peer.call('loopDelay');
-    await server.peer.call('profileStart');
-  });
-  await server.peer.call('profileStop', { file });
-  if (server.name !== 'oidc-provider') {
-    const delay = await server.peer.call<{ p50: number; p99: number; max: number }>('loopDelay');
-    log(`event-loop delay while measured: p50 ${delay.p50.toFixed(1)} ms, p99 ${delay.p99.toFixed(1)} ms, max ${delay.max.toFixed(1)} ms`);
-  }
-  if (perf !== undefined) {
-    const exited = new Promise((resolve) => perf?.once('exit', resolve));
-    perf.kill('SIGINT');
-    await exited;
-  }
-  printReport(rows, [], undefined, pinned, log);
-  for (const line of await summariseProfile(temp)) log(line);
-  if (perf !== undefined) {
-    const report = spawnSync('perf', ['report', '-i', perfData, '--no-children', '--sort', 'dso,sym', '--stdio', '-g', 'none'], { encoding: 'utf8', maxBuffer: 64 * 1024 * 1024 });
-    log('perf, self time by symbol (whole process, every thread):');
-    for (const line of report.stdout.split('\n').filter((l) => l.trim() !== '' && !l.startsWith('#')).slice(0, 40)) log(`  ${line.trim()}`);
+/** Which module signs `server`'s JWTs (relative to the repository) and, for the previous signing, how many it signed. */
+const signingOf = (server: Server): Promise<{ module: string; signatures?: number }> => server.peer.call('signing');
+
+/** Loaded into the "jose cost" server only: dist/crypto/jwt.js becomes bench/legacy-jwt.ts there. */
+const LEGACY_SIGNING_HOOK = pathToFileURL(join(here, 'legacy-signing.ts')).href;
+
+/**
+ * Refresh on PostgreSQL stays below this many req/s per instance (about 1,100 measured here on a busy machine) until the
+ * case has measured it: it sizes the first pools, since seeding through PostgreSQL (under 2,000 tokens/s here) is too
+ * slow for the 15,000 req/s guess of the other cases. Smoke mode's single cold second needs fewer.
+ */
+const POSTGRES_EXPECTED_RATE = smoke ? 1500 : 3000;
+
+/** `server`, backed by PostgreSQL, under `caseName`; its pool (named `pool`) is sized from POSTGRES_EXPECTED_RATE until measured. */
+function postgresLeg(caseName: CaseName, server: Server, pool: string): Leg {
+  const leg = legFor(caseName, server, pool);
+  return leg.pool === undefined ? leg : { ...leg, pool: { ...leg.pool, expectedRate: POSTGRES_EXPECTED_RATE } };
+}
+
+/** The server `--target` names; pinpoint-postgres runs on a database of this run's own. */
+async function startTarget(nodeOptions: readonly string[]): Promise<{ server: Server; database?: BenchDatabase }> {
+  switch (options.target) {
+    case 'oidc-provider':
+      return { server: await startServer('oidc-provider', 'oidc-server.ts', {}, { nodeOptions }) };
+    case 'pinpoint-memory':
+      return { server: await startServer('pinpoint-memory', 'pinpoint-server.ts', pinpointEnv('memory'), { nodeOptions }) };
+    case 'pinpoint-sqlite':
+      return { server: await startServer('pinpoint-sqlite', 'pinpoint-server.ts', pinpointEnv('sqlite', join(temp, 'pinpoint.db')), { nodeOptions }) };
+    case 'pinpoint-postgres': {
+      const database = await createBenchDatabase();
+      try {
+        return { server: await startServer('postgres-a', 'pinpoint-server.ts', postgresEnv(database.url), { nodeOptions }), database };
+      } catch (error) {
+        await database.drop();
+        throw error;
+      }
+    }
+    default:
+      throw new Error('--target takes one of pinpoint-sqlite, pinpoint-memory, pinpoint-postgres, oidc-provider');
   }
 }
 
-async function main(): Promise<number> {
-  await driver.ready;
-  if (options.profile !== undefined) {
-    if (!(CASES as readonly string[]).includes(options.profile)) throw new Error(`--profile takes one of ${CASES.join(', ')}`);
-    await profileRun(options.profile as CaseName);
-    return 0;
-  }
-
-  log('starting servers (each in its own process, pinned to core 0; driver on core 1)');
-  const [sqlite, memory, oidc, floor] = await Promise.all([
-    startServer('pinpoint-sqlite', 'pinpoint-server.ts', pinpointEnv('sqlite', join(temp, 'pinpoint.db'))),
-    startServer('pinpoint-memory', 'pinpoint-server.ts', pinpointEnv('memory')),
-    startServer('oidc-provider', 'oidc-server.ts'),
-    startServer('floor', 'floor-server.ts'),
-  ]);
-  const peers = [
-    { label: 'pinpoint sqlite', server: sqlite },
-    { label: 'oidc-provider', server: oidc },
-    { label: 'pinpoint memory', server: memory },
-  ];
-  if (options.variant !== undefined) {
-    const env = { ...pinpointEnv('sqlite', join(temp, 'variant.db')), BENCH_STORE_MODULE: options.variant };
-    peers.push({ label: 'pinpoint variant', server: await startServer('pinpoint-variant', 'pinpoint-server.ts', env) });
-  }
-  const floorParticipants: Participant[] = [
-    { label: 'fastify+jose', server: floor, path: '/jose', body: ccBody, expect: { shape: 'token', aud: AUDIENCE, refreshToken: false, issuer: floor.issuer } },
-    { label: 'fastify bare', server: floor, path: '/bare', body: ccBody, expect: { shape: 'plain' } },
-  ];
-
-  const rows: Row[] = [];
-  for (const caseName of CASES.filter(selected)) {
-    for (const connections of concurrencies) {
-      const list = participantsFor(caseName, peers);
-      if (caseName === 'client_credentials') list.push(...floorParticipants);
-      rows.push(...(await runCase(caseName, connections, list)));
+/** One server under one case at c=16, with the V8 profiler (and perf) on for the measured segments only (no seeding, no warm-up). */
+async function profileRun(caseName: CaseName): Promise<void> {
+  const nodeOptions = options.perf ? ['--perf-basic-prof-only-functions'] : [];
+  const { server, database } = await startTarget(nodeOptions);
+  try {
+    const leg = database === undefined ? legFor(caseName, server) : postgresLeg(caseName, server, `${server.name}:${caseName}`);
+    const participant = single(server.name, leg);
+    // Every token the run needs is created before the profiler starts.
+    await ensurePool(leg, `${participant.label}|${server.name}`, 16, timing.warmup + timing.segment * timing.order([0]).length, `${caseName}|c16`);
+    const file = join(temp, `${server.name}-${caseName}.cpuprofile`);
+    const perfData = join(temp, 'perf.data');
+    let perf: ChildProcess | undefined;
+    const rows = await runCase(caseName, 16, [participant], async () => {
+      if (options.perf) perf = spawn('perf', ['record', '-F', '999', '-g', '-p', String(server.peer.pid), '-o', perfData], { stdio: 'ignore' });
+      if (server.name !== 'oidc-provider') await server.peer.call('loopDelay');
+      await server.peer.call('profileStart');
+    });
+    await server.peer.call('profileStop', { file });
+    if (server.name !== 'oidc-provider') {
+      const delay = await server.peer.call<{ p50: number; p99: number; max: number }>('loopDelay');
+      log(`event-loop delay while measured: p50 ${delay.p50.toFixed(1)} ms, p99 ${delay.p99.toFixed(1)} ms, max ${delay.max.toFixed(1)} ms`);
+    }
+    if (perf !== undefined) {
+      const exited = new Promise((resolve) => perf?.once('exit', resolve));
+      perf.kill('SIGINT');
+      await exited;
+    }
+    printReport(rows, [], undefined, undefined, pinned, log);
+    for (const line of await summariseProfile(temp)) log(line);
+    if (perf !== undefined) {
+      const report = spawnSync('perf', ['report', '-i', perfData, '--no-children', '--sort', 'dso,sym', '--stdio', '-g', 'none'], { encoding: 'utf8', maxBuffer: 64 * 1024 * 1024 });
+      log('perf, self time by symbol (whole process, every thread):');
+      for (const line of report.stdout.split('\n').filter((l) => l.trim() !== '' && !l.startsWith('#')).slice(0, 40)) log(`  ${line.trim()}`);
+    }
+  } finally {
+    if (database !== undefined) {
+      await stopAll([server]);
+      await database.drop();
     }
   }
-  const logSize = await stat(join(temp, 'pinpoint-sqlite.log')).then((s) => s.size, () => 0);
-  log(`  pinpoint sqlite access log: ${(logSize / 1e6).toFixed(1)} MB written at level info`);
-  await stopAll([...servers]);
-  if (!selected('scale')) {
-    log('');
-    return printReport(rows, [], undefined, pinned, log) > 0 ? 1 : 0;
-  }
+}
 
-  // Scale: refresh with few and with many live grants, each SQLite file seeded in bulk by a separate process.
+/** Scale: refresh with few and with many live grants, each SQLite file seeded in bulk by a separate process. */
+async function runScale(rows: readonly Row[]): Promise<{ rows: Row[]; scale: ScaleResult }> {
   const measured = timing.segment * timing.order([0]).length;
   const refreshRate = rows.find((row) => row.caseName === 'refresh_token+resource' && row.connections === 16 && row.server === 'pinpoint sqlite')?.rate ?? 10_000;
   const tokens = Math.ceil(Math.max(refreshRate, 2000) * (timing.warmup + measured) * 1.6) + 5000;
@@ -401,37 +530,144 @@ async function main(): Promise<number> {
     await driver.call('pool', { name: `${server.name}:refresh`, file: out });
     scaleServers.push({ label: `${grants.toLocaleString('en')} grants`, server });
   }
-  const scaleParticipants = participantsFor('refresh_token+resource', scaleServers).map((p) => ({
-    ...p,
-    pool: { ...(p.pool as NonNullable<Participant['pool']>), preseeded: true },
-  }));
+  const scaleParticipants = scaleServers.map(({ label, server }) => {
+    const leg = legFor('refresh_token+resource', server);
+    return single(label, { ...leg, pool: { ...(leg.pool as NonNullable<Leg['pool']>), preseeded: true } });
+  });
   const scaleRows = await runCase('scale', 16, scaleParticipants);
   for (const [which, entry] of [['small', scaleServers[0]], ['large', scaleServers[1]]] as const) {
     if (entry === undefined) continue;
-    const server = entry.server;
-    const memoryNow = residentMemory(server.peer.pid);
+    const memoryNow = residentMemory(entry.server.peer.pid);
     scale.rssAfterRun[which] = memoryNow.rss;
     scale.peakRss[which] = memoryNow.peak;
   }
   await stopAll(scaleServers.map((entry) => entry.server));
+  return { rows: scaleRows, scale };
+}
+
+/**
+ * Refresh on PostgreSQL: instance A alone (core 0), then A and B together (B on core 1, beside the driver), both on
+ * one database of this run's own; the driver's 16 connections go to A, or 8 to each. Each instance's pool is seeded
+ * through its own store. Skipped, with the reason, when the PostgreSQL server cannot be reached.
+ */
+async function runPostgres(): Promise<PostgresResult> {
+  const refresh = (server: Server, pool: string): Leg => postgresLeg('refresh_token+resource', server, pool);
+  let database: BenchDatabase;
+  try {
+    database = await createBenchDatabase();
+  } catch (error) {
+    const reason = `no PostgreSQL database could be made at ${serverAddress()}: ${(error as Error).message}`;
+    log(`  postgres: skipped (${reason})`);
+    return { skipped: reason };
+  }
+  const started: Server[] = [];
+  try {
+    const description = await describeServer(database.url);
+    log(`  postgres: ${description}, database ${database.name}`);
+    // One after the other: the first instance creates the signing keys, the second loads them.
+    const a = await startServer('postgres-a', 'pinpoint-server.ts', postgresEnv(database.url), { onCore: SERVER_CORE });
+    started.push(a);
+    const b = await startServer('postgres-b', 'pinpoint-server.ts', postgresEnv(database.url), { onCore: DRIVER_CORE });
+    started.push(b);
+    const [jwksA, jwksB] = await Promise.all([a, b].map(async (server) => JSON.stringify(await (await fetch(`${server.issuer}/jwks`)).json())));
+    if (jwksA !== jwksB) throw new Error('the two PostgreSQL instances publish different keys: they do not share one database');
+    const participants: Participant[] = [
+      { label: '1 instance', legs: [refresh(a, 'postgres-1:a')], database },
+      { label: '2 instances', legs: [refresh(a, 'postgres-2:a'), refresh(b, 'postgres-2:b')], database },
+    ];
+    return { rows: await runCase('postgres', POSTGRES_CONNECTIONS, participants), server: description };
+  } finally {
+    await stopAll(started);
+    await database.drop().catch((error: unknown) => log(`  postgres: could not drop ${database.name}: ${(error as Error).message}`));
+  }
+}
+
+async function main(): Promise<number> {
+  await driver.ready;
+  if (options.profile !== undefined) {
+    if (!(CASES as readonly string[]).includes(options.profile)) throw new Error(`--profile takes one of ${CASES.join(', ')}`);
+    await profileRun(options.profile as CaseName);
+    return 0;
+  }
+
+  log('starting servers (each in its own process, pinned to core 0; driver on core 1)');
+  const joseCost = selected('client_credentials') && concurrencies.includes(16);
+  const [sqlite, memory, oidc, floor, legacy] = await Promise.all([
+    startServer('pinpoint-sqlite', 'pinpoint-server.ts', pinpointEnv('sqlite', join(temp, 'pinpoint.db'))),
+    startServer('pinpoint-memory', 'pinpoint-server.ts', pinpointEnv('memory')),
+    startServer('oidc-provider', 'oidc-server.ts'),
+    startServer('floor', 'floor-server.ts'),
+    joseCost
+      ? startServer('pinpoint-legacy-signing', 'pinpoint-server.ts', pinpointEnv('sqlite', join(temp, 'legacy-signing.db')), { imports: [LEGACY_SIGNING_HOOK] })
+      : undefined,
+  ]);
+  if (legacy !== undefined) {
+    const [jose, previous] = await Promise.all([signingOf(sqlite), signingOf(legacy)]);
+    if (jose.module !== 'dist/crypto/jwt.js' || previous.module !== 'bench/legacy-jwt.ts') {
+      throw new Error(`jose cost: expected dist/crypto/jwt.js and bench/legacy-jwt.ts to sign, got ${jose.module} and ${previous.module}`);
+    }
+    log(`  ${LEGACY_SIGNING}: dist/crypto/jwt.js resolves to ${previous.module} (pinpoint sqlite: ${jose.module})`);
+  }
+  const peers = [
+    { label: 'pinpoint sqlite', server: sqlite },
+    { label: 'oidc-provider', server: oidc },
+    { label: 'pinpoint memory', server: memory },
+  ];
+  if (options.variant !== undefined) {
+    const env = { ...pinpointEnv('sqlite', join(temp, 'variant.db')), BENCH_STORE_MODULE: options.variant };
+    peers.push({ label: 'pinpoint variant', server: await startServer('pinpoint-variant', 'pinpoint-server.ts', env) });
+  }
+  const floorParticipants: Participant[] = [
+    single('fastify+jose', { server: floor, path: '/jose', body: ccBody, expect: { shape: 'token', aud: AUDIENCE, refreshToken: false, issuer: floor.issuer } }),
+    single('fastify bare', { server: floor, path: '/bare', body: ccBody, expect: { shape: 'plain' } }),
+  ];
+
+  const rows: Row[] = [];
+  for (const caseName of CASES.filter(selected)) {
+    for (const connections of concurrencies) {
+      const list = participantsFor(caseName, peers);
+      // The previous signing runs beside Pinpoint as it is, on the case where signing dominates.
+      const withLegacy = caseName === 'client_credentials' && connections === 16 && legacy !== undefined;
+      if (withLegacy) list.splice(1, 0, single(LEGACY_SIGNING, legFor(caseName, legacy)));
+      if (caseName === 'client_credentials') list.push(...floorParticipants);
+      rows.push(...(await runCase(caseName, connections, list)));
+      if (withLegacy) log(`  ${LEGACY_SIGNING}: ${(await signingOf(legacy)).signatures ?? 0} JWTs signed by bench/legacy-jwt.ts (node:crypto)`);
+    }
+  }
+  const logSize = await stat(join(temp, 'pinpoint-sqlite.log')).then((s) => s.size, () => 0);
+  log(`  pinpoint sqlite access log: ${(logSize / 1e6).toFixed(1)} MB written at level info`);
+  await stopAll([...servers]);
+
+  const scaled = selected('scale') ? await runScale(rows) : undefined;
+  const postgres = selected('postgres') ? await runPostgres() : undefined;
 
   let signing: string | undefined;
-  if (!smoke) {
+  if (!smoke && !partial) {
     log('  signing micro-benchmark (bench/sign.ts, pinned to core 0)');
     signing = await runScript({ script: join(here, 'sign.ts'), env: { SIGN_SECONDS: '2' }, core: core(SERVER_CORE) });
   }
 
   log('');
-  const refused = printReport(rows, scaleRows, scale, pinned, log);
-  const targets = smoke ? undefined : evaluateTargets(rows, scaleRows, scale);
+  const refused = printReport(rows, scaled?.rows ?? [], scaled?.scale, postgres, pinned, log);
+  const targets = smoke || scaled === undefined ? undefined : evaluateTargets(rows, scaled.rows, scaled.scale);
   if (targets !== undefined) {
     log('');
     log('targets (same run; Pinpoint on SQLite against oidc-provider in memory):');
     for (const target of targets) log(`  ${target.met ? 'met    ' : 'NOT MET'}  ${target.name}: ${target.detail}`);
   }
   log(`\nbench: ${((Date.now() - started) / 1000).toFixed(0)} s`);
-  if (!smoke && !partial) {
-    await writeResults(join(here, 'RESULTS.md'), { rows, scaleRows, scale, targets: targets ?? [], signing, pinned, seconds: (Date.now() - started) / 1000, nodeFlags: shippedNodeFlags });
+  if (!smoke && !partial && scaled !== undefined && postgres !== undefined) {
+    await writeResults(join(here, 'RESULTS.md'), {
+      rows,
+      scaleRows: scaled.rows,
+      scale: scaled.scale,
+      postgres,
+      targets: targets ?? [],
+      signing,
+      pinned,
+      seconds: (Date.now() - started) / 1000,
+      nodeFlags: shippedNodeFlags,
+    });
     log('bench: wrote bench/RESULTS.md');
   }
   return refused > 0 ? 1 : 0;
