@@ -315,7 +315,7 @@ describe('the example MCP server with Pinpoint and the MCP SDK client', { skip }
       token_endpoint_auth_method: 'none',
     });
     const seen: SeenRequest[] = [];
-    const provider = new BrowserAuthProvider(callback.url, name, signInAndConsent([name, '127.0.0.1', mcpUrl], 'mcp-consent-document'), documentUrl);
+    const provider = new BrowserAuthProvider(callback.url, name, signInAndConsent([name, new URL(documentUrl).host, mcpUrl], 'mcp-consent-document'), documentUrl);
     const client = await connectThroughSignIn(provider, seen);
     try {
       assert.equal(seen.filter((request) => request.url.pathname === '/register').length, 0, 'no registration');
