@@ -2,6 +2,7 @@
 import { readFile } from 'node:fs/promises';
 import { buildApp } from './app.js';
 import type { Config } from './config/types.js';
+import { MetadataDocuments } from './http/metadata-document.js';
 import { createMetrics, serveMetrics } from './http/metrics.js';
 import { createLogger } from './log.js';
 import { VERSION } from './version.js';
@@ -31,7 +32,10 @@ export async function serve(config: Config, warnings: readonly string[]): Promis
       ? { cert: await readFile(config.tls.certFile), key: await readFile(config.tls.keyFile) }
       : undefined;
   const metrics = createMetrics({ processMetrics: true });
-  const { app } = await buildApp({ config, store, keys, logger, https, metrics });
+  // DESIGN.md §9: client ID metadata documents are fetched only when dynamic_clients turns them on.
+  const dynamic = config.dynamicClients;
+  const documents = dynamic?.metadataDocuments === true ? new MetadataDocuments({ allowPrivateAddresses: dynamic.allowPrivateAddresses }) : undefined;
+  const { app } = await buildApp({ config, store, keys, logger, https, metrics, ...(documents !== undefined && { documents }) });
   // DESIGN.md §4: /metrics lives on its own listener, never on the public one.
   const metricsServer = config.metrics === undefined ? undefined : await serveMetrics(metrics, config.metrics.listen);
 
@@ -51,6 +55,7 @@ export async function serve(config: Config, warnings: readonly string[]): Promis
     app
       .close()
       .then(() => new Promise<void>((resolve) => (metricsServer === undefined ? resolve() : metricsServer.close(() => resolve()))))
+      .then(() => documents?.close())
       .then(() => store.close())
       .then(() => {
         logger.info('stopped');

@@ -4,8 +4,7 @@
  */
 import { z } from 'zod';
 import type { Agent } from 'undici';
-import { isLoopbackHost } from '../config/urls.js';
-import { isAbsoluteUri } from '../policy/requestable.js';
+import { dynamicRedirectUriProblem } from '../policy/redirect-uri.js';
 import { FetchRefused, getSmall, publicAgent, type PublicAgentOptions } from './safe-fetch.js';
 
 /** A document that passed every rule; only the fields the server uses are kept (logo_uri is data, never fetched). */
@@ -58,27 +57,11 @@ export function documentUrlProblem(clientId: string): string | undefined {
   return undefined;
 }
 
-// RFC 8252 §7.1 lets native apps use private-use schemes; these schemes run code or read local data instead.
-const NEVER_SCHEMES = new Set(['javascript', 'data', 'file', 'vbscript', 'blob', 'about', 'filesystem']);
-
-/** Why a redirect URI of a dynamic client is not acceptable (DESIGN.md §9), or undefined when it is. */
-function redirectUriProblem(uri: string): string | undefined {
-  // RFC 6749 §3.1.2: an absolute URI without a fragment.
-  if (!isAbsoluteUri(uri) || !URL.canParse(uri)) return 'is not an absolute URI';
-  if (uri.includes('#')) return 'must not contain a fragment';
-  const url = new URL(uri);
-  const scheme = url.protocol.slice(0, -1);
-  if (NEVER_SCHEMES.has(scheme)) return `must not use the ${scheme}: scheme`;
-  if (url.username !== '' || url.password !== '') return 'must not contain a user name or password';
-  if (scheme === 'http' && !isLoopbackHost(url.hostname)) return 'may use plain http only for a loopback host (127.0.0.1, [::1] or localhost)';
-  return undefined;
-}
-
 const redirectUri = z
   .string('must be a string')
   .max(MAX_URL_LENGTH, `must be at most ${MAX_URL_LENGTH} characters`)
   .superRefine((value, context) => {
-    const problem = redirectUriProblem(value);
+    const problem = dynamicRedirectUriProblem(value);
     if (problem !== undefined) context.addIssue({ code: 'custom', message: problem });
   });
 

@@ -13,7 +13,7 @@ import { countAgainstAddress, tooManyFailures } from '../http/failure-limit.js';
 import { sendJsonError } from '../http/render-error.js';
 import { bounded } from '../log.js';
 import { OAuthError } from '../policy/oauth-error.js';
-import { isLoopbackRedirect } from '../policy/redirect-uri.js';
+import { dynamicRedirectUriProblem } from '../policy/redirect-uri.js';
 import { parseScope } from '../policy/scope.js';
 import type { RegisteredClientMetadata, RegisteredClientStore } from '../store/types.js';
 
@@ -23,26 +23,6 @@ const BODY_LIMIT = 16 * 1024;
 
 const badMetadata = (description: string): OAuthError => new OAuthError('invalid_client_metadata', description);
 const badRedirect = (description: string): OAuthError => new OAuthError('invalid_redirect_uri', description);
-
-/** Schemes a redirect URI may never have, whatever the application (RFC 8252 §8.4, DESIGN.md §9). */
-const FORBIDDEN_SCHEMES = new Set(['javascript:', 'data:', 'file:', 'vbscript:', 'about:', 'blob:', 'filesystem:', 'ws:', 'wss:', 'ftp:']);
-
-/** Why `uri` cannot be a registered redirect URI, or undefined when it can (https, loopback http, private-use scheme). */
-export function redirectUriProblem(uri: string, applicationType: 'native' | 'web' | undefined): string | undefined {
-  let url: URL;
-  try {
-    url = new URL(uri);
-  } catch {
-    return `"${bounded(uri)}" is not an absolute URI`;
-  }
-  if (uri.includes('#')) return `"${bounded(uri)}" must not contain a fragment`;
-  if (FORBIDDEN_SCHEMES.has(url.protocol)) return `"${bounded(uri)}": the ${url.protocol} scheme is never a redirect URI`;
-  if (url.protocol === 'https:') return url.username !== '' || url.password !== '' ? `"${bounded(uri)}" must not carry user information` : undefined;
-  if (applicationType === 'web') return `"${bounded(uri)}": a web client's redirect URIs must be https`;
-  if (url.protocol === 'http:') return isLoopbackRedirect(uri) ? undefined : `"${bounded(uri)}": plain http is allowed only to a loopback address (127.0.0.1, [::1], localhost)`;
-  // A private-use scheme of a native app (RFC 8252 §7.1), e.g. com.example.app:/cb or cursor://callback.
-  return undefined;
-}
 
 const text = (max: number) => z.string().min(1).max(max);
 const httpsUrl = text(2048).refine((value) => URL.canParse(value) && new URL(value).protocol === 'https:', { message: 'must be an https URL' });
@@ -71,8 +51,8 @@ export function validateRegistration(body: unknown, dynamic: DynamicClientsConfi
   }
   const request = parsed.data;
   for (const uri of request.redirect_uris) {
-    const problem = redirectUriProblem(uri, request.application_type);
-    if (problem !== undefined) throw badRedirect(problem);
+    const problem = dynamicRedirectUriProblem(uri, request.application_type);
+    if (problem !== undefined) throw badRedirect(`"${bounded(uri)}" ${problem}`);
   }
   if (request.scope !== undefined) {
     const scope = parseScope(request.scope);

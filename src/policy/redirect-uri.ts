@@ -40,3 +40,26 @@ export function redirectUriMatches(registered: readonly string[], presented: str
 
 /** True for a loopback http redirect URI (RFC 8252 §7.3). */
 export const isLoopbackRedirect = (uri: string): boolean => LOOPBACK.test(uri);
+
+/** Schemes that run code or read local data: never a redirect URI (RFC 8252 §8.4, DESIGN.md §9). */
+const NEVER_SCHEMES = new Set(['javascript:', 'data:', 'file:', 'vbscript:', 'blob:', 'about:', 'filesystem:', 'ws:', 'wss:', 'ftp:']);
+
+// RFC 3986 §3.1: an absolute URI starts with a scheme.
+const HAS_SCHEME = /^[A-Za-z][A-Za-z0-9+.-]*:/;
+
+/**
+ * Why `uri` cannot be a dynamic client's redirect URI (registration, metadata documents; DESIGN.md §9), or undefined:
+ * https; plain http only to a loopback host; a native app's private-use scheme (RFC 8252 §7.1) unless the client
+ * said it is a `web` application, whose redirect URIs must all be https.
+ */
+export function dynamicRedirectUriProblem(uri: string, applicationType?: 'native' | 'web'): string | undefined {
+  if (!HAS_SCHEME.test(uri) || !URL.canParse(uri)) return 'is not an absolute URI';
+  if (uri.includes('#')) return 'must not contain a fragment';
+  const url = new URL(uri);
+  if (NEVER_SCHEMES.has(url.protocol)) return `must not use the ${url.protocol} scheme`;
+  if (url.username !== '' || url.password !== '') return 'must not contain a user name or password';
+  if (url.protocol === 'https:') return undefined;
+  if (applicationType === 'web') return "must be https: a web client's redirect URIs are";
+  if (url.protocol === 'http:' && !isLoopbackRedirect(uri)) return 'may use plain http only for a loopback host (127.0.0.1, [::1] or localhost)';
+  return undefined;
+}
