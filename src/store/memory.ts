@@ -12,6 +12,7 @@ import {
 import type {
   AuthorizationCodeRecord,
   CodeLookup,
+  ConsentRecord,
   DeviceAuthorizationRecord,
   FederationStateRecord,
   Grant,
@@ -20,6 +21,7 @@ import type {
   LoginRequestRecord,
   RefreshLookup,
   RefreshTokenRecord,
+  RegisteredClientRecord,
   SessionRecord,
   Store,
   StoredKey,
@@ -34,6 +36,7 @@ interface CodeEntry {
 interface RefreshEntry {
   readonly record: RefreshTokenRecord;
   status: 'active' | 'rotated';
+  rotatedAt?: number;
 }
 
 /** JSON text, so a value reads back as it would from SQLite or PostgreSQL (undefined members dropped). */
@@ -52,6 +55,8 @@ const freezeGrant = (grant: Grant): Grant =>
 
 const freezeDevice = (record: DeviceAuthorizationRecord): DeviceAuthorizationRecord =>
   Object.freeze({ ...record, scope: [...record.scope], ...(record.claims ? { claims: { ...record.claims } } : {}) });
+
+const consentKey = (subject: string, clientId: string): string => JSON.stringify([subject, clientId]);
 
 const fromJson = <T>(entry: JsonEntry | undefined, now: number): T | undefined =>
   entry !== undefined && entry.expiresAt > now ? (JSON.parse(entry.json) as T) : undefined;
@@ -73,6 +78,10 @@ export class MemoryStore implements Store {
   readonly #federationStates = new Map<string, FederationStateRecord>();
   readonly #subjectClaims = new Map<string, JsonEntry>();
   readonly #attempts = new Map<string, AttemptWindow>();
+  /** clientId -> the registration as JSON text, so it reads back as from SQLite or PostgreSQL. */
+  readonly #registeredClients = new Map<string, JsonEntry>();
+  /** consentKey(subject, clientId) -> the consent as JSON text. */
+  readonly #consents = new Map<string, string>();
 
   async loadOrCreateKeys(candidates: readonly StoredKey[]): Promise<StoredKey[]> {
     if (this.#keys === undefined || this.#keys.length === 0) {
@@ -129,6 +138,7 @@ export class MemoryStore implements Store {
   }
 
   async revokeGrants(filter: GrantFilter): Promise<number> {
+    if (filter.clientId !== undefined) this.#deleteConsentsOf(filter.clientId, filter.subject);
     const matching = [...this.#grants.values()].filter((grant) => grantMatches(grant, filter));
     for (const grant of matching) await this.revokeGrant(grant.id);
     return matching.length;
@@ -175,7 +185,7 @@ export class MemoryStore implements Store {
     if (entry === undefined || entry.record.grantId !== grantId || entry.record.expiresAt <= now) return { status: 'unknown' };
     const grant = this.#grants.get(entry.record.grantId);
     if (grant === undefined) return { status: 'unknown' };
-    if (entry.status === 'rotated') return { status: 'rotated', grantId: grant.id, clientId: grant.clientId };
+    if (entry.status === 'rotated') return { status: 'rotated', grantId: grant.id, clientId: grant.clientId, rotatedAt: entry.rotatedAt ?? 0 };
     return { status: 'active', token: entry.record, grant };
   }
 
@@ -197,7 +207,16 @@ export class MemoryStore implements Store {
     if (old === undefined || old.record.grantId !== next.grantId || old.status !== 'active' || old.record.expiresAt <= now) return false;
     if (this.#refreshTokens.has(next.digest)) throw new Error('refresh token digest already exists');
     old.status = 'rotated';
+    old.rotatedAt = now;
     this.#insertRefreshToken(next);
+    return true;
+  }
+
+  async addRefreshToken(token: RefreshTokenRecord, now: number): Promise<boolean> {
+    const grant = this.#grants.get(token.grantId);
+    if (grant === undefined || !grantLives(grant, now)) return false;
+    if (this.#refreshTokens.has(token.digest)) throw new Error('refresh token digest already exists');
+    this.#insertRefreshToken(token);
     return true;
   }
 
@@ -319,6 +338,43 @@ export class MemoryStore implements Store {
     return fromJson(this.#subjectClaims.get(subject), now);
   }
 
+  async saveRegisteredClient(record: RegisteredClientRecord): Promise<void> {
+    if (this.#registeredClients.has(record.clientId)) throw new Error('client id already registered');
+    this.#registeredClients.set(record.clientId, { json: JSON.stringify(record), expiresAt: record.expiresAt });
+  }
+
+  async findRegisteredClient(clientId: string): Promise<RegisteredClientRecord | undefined> {
+    const entry = this.#registeredClients.get(clientId);
+    return entry === undefined ? undefined : (JSON.parse(entry.json) as RegisteredClientRecord);
+  }
+
+  async keepRegisteredClient(clientId: string, until: number): Promise<void> {
+    const entry = this.#registeredClients.get(clientId);
+    if (entry === undefined || entry.expiresAt >= until) return;
+    this.#registeredClients.set(clientId, { json: JSON.stringify({ ...(JSON.parse(entry.json) as RegisteredClientRecord), expiresAt: until }), expiresAt: until });
+  }
+
+  async deleteRegisteredClient(clientId: string): Promise<boolean> {
+    this.#deleteConsentsOf(clientId);
+    return this.#registeredClients.delete(clientId);
+  }
+
+  async findConsent(subject: string, clientId: string): Promise<ConsentRecord | undefined> {
+    const json = this.#consents.get(consentKey(subject, clientId));
+    return json === undefined ? undefined : (JSON.parse(json) as ConsentRecord);
+  }
+
+  async saveConsent(record: ConsentRecord): Promise<void> {
+    this.#consents.set(consentKey(record.subject, record.clientId), JSON.stringify(record));
+  }
+
+  #deleteConsentsOf(clientId: string, subject?: string): void {
+    for (const [key, json] of this.#consents) {
+      const consent = JSON.parse(json) as ConsentRecord;
+      if (consent.clientId === clientId && (subject === undefined || consent.subject === subject)) this.#consents.delete(key);
+    }
+  }
+
   async countAttempt(key: string, now: number, windowMs: number): Promise<number> {
     const window = this.#attempts.get(key);
     if (window === undefined || window.windowEndsAt <= now) {
@@ -356,6 +412,13 @@ export class MemoryStore implements Store {
       if (record.expiresAt < now || expiredGrants.has(record.grantId)) this.#refreshTokens.delete(digest);
     }
     for (const id of expiredGrants) this.#grants.delete(id);
+    const clientsWithGrants = new Set([...this.#grants.values()].map((grant) => grant.clientId));
+    for (const [clientId, entry] of this.#registeredClients) {
+      if (entry.expiresAt < now && !clientsWithGrants.has(clientId)) {
+        this.#deleteConsentsOf(clientId);
+        this.#registeredClients.delete(clientId);
+      }
+    }
     for (const [digest, record] of this.#devices) {
       if (record.expiresAt < now - DEVICE_EXPIRY_SLACK_MS) {
         this.#devices.delete(digest);

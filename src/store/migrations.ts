@@ -176,6 +176,34 @@ export const MIGRATIONS: readonly Migration[] = [
       'CREATE INDEX sessions_subject ON sessions (subject)',
     ],
   },
+  {
+    version: 5,
+    description:
+      'dynamic clients: when a refresh token was rotated (tokens rotated before this read as long ago, so they get ' +
+      'no reuse grace), registered clients, and the consents people gave them',
+    statements: (dialect) => [
+      'ALTER TABLE refresh_tokens ADD COLUMN rotated_at BIGINT',
+      `CREATE TABLE registered_clients (
+        client_id TEXT PRIMARY KEY,
+        secret_digest TEXT,
+        metadata TEXT NOT NULL,
+        created_at BIGINT NOT NULL,
+        expires_at BIGINT NOT NULL
+      )`,
+      'CREATE INDEX registered_clients_expires_at ON registered_clients (expires_at)',
+      `CREATE TABLE consents (
+        subject TEXT NOT NULL,
+        client_id TEXT NOT NULL,
+        scope TEXT NOT NULL,
+        resources TEXT NOT NULL,
+        whole_audience BOOLEAN NOT NULL,
+        granted_at BIGINT NOT NULL,
+        PRIMARY KEY (subject, client_id)
+      )${dialect.keyOnlyTable}`,
+      // A client's consents go with its registration and with `pinpoint grants revoke --client`.
+      'CREATE INDEX consents_client_id ON consents (client_id)',
+    ],
+  },
 ];
 
 const MIGRATIONS_TABLE = 'CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at BIGINT NOT NULL)';

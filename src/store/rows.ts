@@ -2,6 +2,7 @@
 import type {
   AuthorizationCodeRecord,
   CodeLookup,
+  ConsentRecord,
   DeviceAuthorizationRecord,
   DeviceStatus,
   FederationStateRecord,
@@ -11,6 +12,8 @@ import type {
   LoginRequestRecord,
   RefreshLookup,
   RefreshTokenRecord,
+  RegisteredClientMetadata,
+  RegisteredClientRecord,
   SessionRecord,
   StoredKey,
   SubjectClaims,
@@ -18,6 +21,12 @@ import type {
 
 /** SQLite gives numbers; PostgreSQL gives BIGINT as text. */
 type Numeric = number | string | bigint;
+
+/** SQLite gives 0 or 1 for a BOOLEAN column; PostgreSQL true or false. */
+const isTrue = (value: number | boolean): boolean => value === true || value === 1;
+
+/** A boolean parameter as both accept it (better-sqlite3 binds no booleans; PostgreSQL reads 1 and 0 as boolean). */
+const booleanParam = (value: boolean): number => (value ? 1 : 0);
 
 /** Grant columns as selected by the lookups (aliased `g_*` so they can be joined with a child row). */
 export const GRANT_COLUMNS =
@@ -123,7 +132,7 @@ export function codeLookupFromRow(row: CodeRow | undefined, now: number): CodeLo
     ...(row.nonce === null ? {} : { nonce: row.nonce }),
     expiresAt: Number(row.code_expires_at),
   };
-  if (row.used === true || row.used === 1) return { status: 'used', code };
+  if (isTrue(row.used)) return { status: 'used', code };
   return code.expiresAt > now ? { status: 'active', code, grant } : { status: 'unknown' };
 }
 
@@ -144,6 +153,7 @@ export interface RefreshRow extends GrantRow {
   issued_at: Numeric;
   token_expires_at: Numeric;
   status: string;
+  rotated_at: Numeric | null;
 }
 
 /** findRefreshToken's answer for a token row joined with its grant. */
@@ -151,7 +161,8 @@ export function refreshLookupFromRow(row: RefreshRow | undefined, now: number): 
   if (row === undefined || Number(row.token_expires_at) <= now) return { status: 'unknown' };
   const grant = grantFromRow(row);
   if (grant === undefined) return { status: 'unknown' };
-  if (row.status !== 'active') return { status: 'rotated', grantId: grant.id, clientId: grant.clientId };
+  // Rotated before migration 5 recorded when: long ago, so never within a reuse grace.
+  if (row.status !== 'active') return { status: 'rotated', grantId: grant.id, clientId: grant.clientId, rotatedAt: Number(row.rotated_at ?? 0) };
   const token: RefreshTokenRecord = {
     digest: row.token_digest,
     grantId: row.token_grant_id,
@@ -292,4 +303,61 @@ export const federationStateParams = (record: FederationStateRecord): unknown[] 
   record.nonce,
   record.browser,
   record.expiresAt,
+];
+
+export const REGISTERED_CLIENT_COLUMNS = 'client_id, secret_digest, metadata, created_at, expires_at';
+
+export interface RegisteredClientRow {
+  client_id: string;
+  secret_digest: string | null;
+  metadata: string;
+  created_at: Numeric;
+  expires_at: Numeric;
+}
+
+export const registeredClientFromRow = (row: RegisteredClientRow): RegisteredClientRecord => ({
+  clientId: row.client_id,
+  ...(row.secret_digest === null ? {} : { secretDigest: row.secret_digest }),
+  metadata: JSON.parse(row.metadata) as RegisteredClientMetadata,
+  createdAt: Number(row.created_at),
+  expiresAt: Number(row.expires_at),
+});
+
+/** Insert parameters, in the order of REGISTERED_CLIENT_COLUMNS. */
+export const registeredClientParams = (record: RegisteredClientRecord): unknown[] => [
+  record.clientId,
+  record.secretDigest ?? null,
+  JSON.stringify(record.metadata),
+  record.createdAt,
+  record.expiresAt,
+];
+
+export const CONSENT_COLUMNS = 'subject, client_id, scope, resources, whole_audience, granted_at';
+
+export interface ConsentRow {
+  subject: string;
+  client_id: string;
+  scope: string;
+  resources: string;
+  whole_audience: number | boolean;
+  granted_at: Numeric;
+}
+
+export const consentFromRow = (row: ConsentRow): ConsentRecord => ({
+  subject: row.subject,
+  clientId: row.client_id,
+  scope: JSON.parse(row.scope) as string[],
+  resources: JSON.parse(row.resources) as string[],
+  wholeAudience: isTrue(row.whole_audience),
+  grantedAt: Number(row.granted_at),
+});
+
+/** Insert parameters, in the order of CONSENT_COLUMNS. */
+export const consentParams = (record: ConsentRecord): unknown[] => [
+  record.subject,
+  record.clientId,
+  JSON.stringify(record.scope),
+  JSON.stringify(record.resources),
+  booleanParam(record.wholeAudience),
+  record.grantedAt,
 ];

@@ -3,6 +3,8 @@ import type { Driver, Script, Step } from './driver.js';
 import {
   codeLookupFromRow,
   codeParams,
+  consentFromRow,
+  consentParams,
   deviceFromRow,
   deviceParams,
   federationStateFromRow,
@@ -16,9 +18,12 @@ import {
   loginRequestParams,
   refreshLookupFromRow,
   refreshTokenParams,
+  registeredClientFromRow,
+  registeredClientParams,
   sessionFromRow,
   sessionParams,
   type CodeRow,
+  type ConsentRow,
   type DeviceRow,
   type FederationStateRow,
   type GrantRow,
@@ -26,6 +31,7 @@ import {
   type KeyRow,
   type LoginRequestRow,
   type RefreshRow,
+  type RegisteredClientRow,
   type SessionRow,
 } from './rows.js';
 import { DEVICE_EXPIRY_SLACK_MS, grantExtension, grantKeptUntil, oldestGrantFirst, oldestKeyFirst } from './rules.js';
@@ -33,6 +39,7 @@ import { grantQueries, REVOKE_BATCH, SQL, SWEEP_BATCH, type Statement } from './
 import type {
   AuthorizationCodeRecord,
   CodeLookup,
+  ConsentRecord,
   DeviceAuthorizationRecord,
   FederationStateRecord,
   Grant,
@@ -41,6 +48,7 @@ import type {
   LoginRequestRecord,
   RefreshLookup,
   RefreshTokenRecord,
+  RegisteredClientRecord,
   SessionRecord,
   Store,
   StoredKey,
@@ -71,6 +79,8 @@ const SWEEPS: readonly (readonly [Statement, (now: number) => number])[] = [
   [SQL.sweepRefreshTokens, (now) => now],
   [SQL.sweepRefreshTokensOfExpiredGrants, (now) => now],
   [SQL.sweepGrants, (now) => now],
+  [SQL.sweepConsentsOfAbandonedClients, (now) => now],
+  [SQL.sweepRegisteredClients, (now) => now],
   [SQL.sweepDevices, (now) => now - DEVICE_EXPIRY_SLACK_MS],
   [SQL.sweepRevokedAccessTokens, (now) => now],
   [SQL.sweepSessions, (now) => now],
@@ -140,6 +150,12 @@ export class SqlStore implements Store {
 
   async revokeGrants(filter: GrantFilter): Promise<number> {
     const { ids: nextIds, values } = grantQueries(filter);
+    const { subject, clientId } = filter;
+    if (clientId !== undefined) {
+      await (subject === undefined
+        ? this.#driver.write(SQL.deleteConsentsOfClient, [clientId])
+        : this.#driver.write(SQL.deleteConsentsOfSubjectAndClient, [clientId, subject]));
+    }
     let revoked = 0;
     let after = '';
     for (;;) {
@@ -191,6 +207,17 @@ export class SqlStore implements Store {
   async rotateRefreshToken(oldDigest: string, next: RefreshTokenRecord, now: number): Promise<boolean> {
     // Nothing else is written when the old token was not active (RFC 9700 §4.14.2 reuse).
     return this.#holds({ steps: [step(SQL.markRotated, [next.grantId, oldDigest, now], true), ...addRefreshToken(next)] });
+  }
+
+  async addRefreshToken(token: RefreshTokenRecord, now: number): Promise<boolean> {
+    const extension = grantExtension(token);
+    // The grant's row first: the guard, and the lock that keeps a concurrent revocation from missing the new token.
+    return this.#holds({
+      steps: [
+        step(SQL.holdLiveGrant, [token.grantId, extension.expiresAt, extension.before, now], true),
+        step(SQL.insertRefreshToken, refreshTokenParams(token)),
+      ],
+    });
   }
 
   async createDeviceAuthorization(record: DeviceAuthorizationRecord): Promise<void> {
@@ -287,6 +314,35 @@ export class SqlStore implements Store {
   async findSubjectClaims(subject: string, now: number): Promise<SubjectClaims | undefined> {
     const [row] = await this.#driver.read<{ claims: string }>(SQL.findSubjectClaims, [subject, now]);
     return row === undefined ? undefined : (JSON.parse(row.claims) as SubjectClaims);
+  }
+
+  async saveRegisteredClient(record: RegisteredClientRecord): Promise<void> {
+    await this.#driver.write(SQL.insertRegisteredClient, registeredClientParams(record));
+  }
+
+  async findRegisteredClient(clientId: string): Promise<RegisteredClientRecord | undefined> {
+    const [row] = await this.#driver.read<RegisteredClientRow>(SQL.findRegisteredClient, [clientId]);
+    return row === undefined ? undefined : registeredClientFromRow(row);
+  }
+
+  async keepRegisteredClient(clientId: string, until: number): Promise<void> {
+    await this.#driver.write(SQL.keepRegisteredClient, [clientId, until]);
+  }
+
+  async deleteRegisteredClient(clientId: string): Promise<boolean> {
+    const changed = await this.#driver.script({
+      steps: [step(SQL.deleteRegisteredClient, [clientId]), step(SQL.deleteConsentsOfClient, [clientId])],
+    });
+    return changed?.[0] === 1;
+  }
+
+  async findConsent(subject: string, clientId: string): Promise<ConsentRecord | undefined> {
+    const [row] = await this.#driver.read<ConsentRow>(SQL.findConsent, [subject, clientId]);
+    return row === undefined ? undefined : consentFromRow(row);
+  }
+
+  async saveConsent(record: ConsentRecord): Promise<void> {
+    await this.#driver.write(SQL.saveConsent, consentParams(record));
   }
 
   async countAttempt(key: string, now: number, windowMs: number): Promise<number> {

@@ -4,7 +4,7 @@
  * adapts a statement to SQLite; rows.ts maps the rows and parameters.
  */
 import { SKIP_LOCKED } from './dialect.js';
-import { DEVICE_COLUMNS, GRANT_COLUMNS } from './rows.js';
+import { CONSENT_COLUMNS, DEVICE_COLUMNS, GRANT_COLUMNS, REGISTERED_CLIENT_COLUMNS } from './rows.js';
 import type { GrantFilter } from './types.js';
 
 export interface Statement {
@@ -21,6 +21,9 @@ const sweepBatch = (table: string, key: string, condition: string): string =>
   `DELETE FROM ${table} WHERE (${key}) IN (SELECT ${key} FROM ${table} WHERE ${condition} LIMIT ${SWEEP_BATCH} ${SKIP_LOCKED})`;
 
 const EXPIRED_GRANTS = 'SELECT id FROM grants WHERE expires_at < $1';
+
+/** A registered client the sweep removes: expired, and no grant of it left (DESIGN.md §9). */
+const CLIENT_ABANDONED = 'expires_at < $1 AND NOT EXISTS (SELECT 1 FROM grants g WHERE g.client_id = registered_clients.client_id)';
 
 /** Grants per transaction when revoking by user or client: each takes its codes and refresh tokens with it. */
 export const REVOKE_BATCH = 100;
@@ -44,6 +47,10 @@ const texts = {
   extendGrant: 'UPDATE grants SET expires_at = $2 WHERE id = $1 AND expires_at < $3',
   // rules.ts grantKeptUntil: $1 the code, $2 new expiry, $3 the expiry it must be before.
   extendGrantOfCode: 'UPDATE grants SET expires_at = $2 WHERE id = (SELECT grant_id FROM authorization_codes WHERE digest = $1) AND expires_at < $3',
+  // The guard of a sibling refresh token (addRefreshToken): it changes the grant's row whenever the grant lives (rules.ts
+  // grantLives, $4 now), extending it as extendGrant does, so its row lock orders it against a concurrent revocation,
+  // which deletes that row first: one that committed leaves no row to change, one still running waits for this.
+  holdLiveGrant: 'UPDATE grants SET expires_at = CASE WHEN expires_at < $3 THEN $2 ELSE expires_at END WHERE id = $1 AND expires_at > $4',
   // rules.ts grantLives.
   findGrant: `SELECT ${GRANT_COLUMNS} FROM grants g WHERE g.id = $1 AND g.expires_at > $2`,
   deleteGrant: 'DELETE FROM grants WHERE id = $1',
@@ -65,11 +72,12 @@ const texts = {
   consumeCode: 'UPDATE authorization_codes SET used = TRUE WHERE digest = $1 AND used = FALSE AND expires_at > $2',
 
   findRefreshToken: `SELECT r.digest AS token_digest, r.grant_id AS token_grant_id, r.issued_at, r.expires_at AS token_expires_at,
-      r.status, ${GRANT_COLUMNS}
+      r.status, r.rotated_at, ${GRANT_COLUMNS}
     FROM refresh_tokens r LEFT JOIN grants g ON g.id = r.grant_id WHERE r.grant_id = $1 AND r.digest = $2`,
   insertRefreshToken: "INSERT INTO refresh_tokens (grant_id, digest, issued_at, expires_at, status) VALUES ($1, $2, $3, $4, 'active')",
   // A concurrent rotation of the same token waits for the row lock, then finds it no longer active.
-  markRotated: "UPDATE refresh_tokens SET status = 'rotated' WHERE grant_id = $1 AND digest = $2 AND status = 'active' AND expires_at > $3",
+  markRotated:
+    "UPDATE refresh_tokens SET status = 'rotated', rotated_at = $3 WHERE grant_id = $1 AND digest = $2 AND status = 'active' AND expires_at > $3",
 
   releaseUserCode: 'DELETE FROM device_authorizations WHERE user_code = $1 AND expires_at <= $2',
   insertDevice: `INSERT INTO device_authorizations (${DEVICE_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`,
@@ -98,6 +106,18 @@ const texts = {
     ON CONFLICT (subject) DO UPDATE SET claims = excluded.claims, expires_at = excluded.expires_at`,
   findSubjectClaims: 'SELECT claims FROM subject_claims WHERE subject = $1 AND expires_at > $2',
 
+  insertRegisteredClient: `INSERT INTO registered_clients (${REGISTERED_CLIENT_COLUMNS}) VALUES ($1, $2, $3, $4, $5)`,
+  findRegisteredClient: `SELECT ${REGISTERED_CLIENT_COLUMNS} FROM registered_clients WHERE client_id = $1`,
+  keepRegisteredClient: 'UPDATE registered_clients SET expires_at = $2 WHERE client_id = $1 AND expires_at < $2',
+  deleteRegisteredClient: 'DELETE FROM registered_clients WHERE client_id = $1',
+  deleteConsentsOfClient: 'DELETE FROM consents WHERE client_id = $1',
+  deleteConsentsOfSubjectAndClient: 'DELETE FROM consents WHERE client_id = $1 AND subject = $2',
+
+  findConsent: `SELECT ${CONSENT_COLUMNS} FROM consents WHERE subject = $1 AND client_id = $2`,
+  saveConsent: `INSERT INTO consents (${CONSENT_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6)
+    ON CONFLICT (subject, client_id) DO UPDATE SET scope = excluded.scope, resources = excluded.resources,
+      whole_audience = excluded.whole_audience, granted_at = excluded.granted_at`,
+
   // A window that has ended starts over at 1.
   countAttempt: `INSERT INTO attempts (attempt_key, count, window_ends_at) VALUES ($1, 1, $2)
     ON CONFLICT (attempt_key) DO UPDATE SET
@@ -120,6 +140,13 @@ const texts = {
     `expires_at < $1 AND NOT EXISTS (SELECT 1 FROM authorization_codes c WHERE c.grant_id = grants.id)
       AND NOT EXISTS (SELECT 1 FROM refresh_tokens r WHERE r.grant_id = grants.id)`,
   ),
+  // A registration's consents go before it, while the statement can still tell which clients are going.
+  sweepConsentsOfAbandonedClients: sweepBatch(
+    'consents',
+    'subject, client_id',
+    `client_id IN (SELECT client_id FROM registered_clients WHERE ${CLIENT_ABANDONED})`,
+  ),
+  sweepRegisteredClients: sweepBatch('registered_clients', 'client_id', CLIENT_ABANDONED),
   sweepDevices: sweepBatch('device_authorizations', 'device_code_digest', 'expires_at < $1'),
   sweepRevokedAccessTokens: sweepBatch('revoked_access_tokens', 'jti', 'expires_at < $1'),
   sweepSessions: sweepBatch('sessions', 'digest', 'expires_at < $1'),

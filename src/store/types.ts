@@ -77,7 +77,10 @@ export interface GrantSummary {
 export interface GrantAdminStore {
   /** Live grants (unexpired at `now`) matching `filter`, oldest first. */
   listGrants(filter: GrantFilter, now: number): Promise<GrantSummary[]>;
-  /** Revokes every grant matching `filter` (as revokeGrant); the number revoked. */
+  /**
+   * Revokes every grant matching `filter` (as revokeGrant); the number revoked. A filter naming a client also
+   * forgets the consents it matches (DESIGN.md §9: `pinpoint grants revoke --client`).
+   */
   revokeGrants(filter: GrantFilter): Promise<number>;
 }
 
@@ -293,15 +296,20 @@ export interface RegisteredClientRecord {
 }
 
 export interface RegisteredClientStore {
+  /** Rejects when the client id is already registered. */
   saveRegisteredClient(record: RegisteredClientRecord): Promise<void>;
+  /** The registration until the sweep removes it (an expired one with grants left is still found). */
   findRegisteredClient(clientId: string): Promise<RegisteredClientRecord | undefined>;
   /** Keeps the client at least until `until` (a grant was made for it); never shortens. */
   keepRegisteredClient(clientId: string, until: number): Promise<void>;
-  /** Removes the registration (its grants are revoked separately); false when there was none. */
+  /** Removes the registration and the consents given to it (its grants are revoked separately); false when there was none. */
   deleteRegisteredClient(clientId: string): Promise<boolean>;
 }
 
-/** What a person allowed a dynamic client (DESIGN.md §8), remembered until a request asks more. */
+/**
+ * What a person allowed a dynamic client (DESIGN.md §8), remembered until a request asks more. Kept without expiry;
+ * forgotten with the client's registration (deleted or swept) and by revokeGrants naming the client.
+ */
 export interface ConsentRecord {
   readonly subject: string;
   readonly clientId: string;
@@ -343,12 +351,17 @@ export interface Store
     LoginRequestStore,
     FederationStateStore,
     SubjectClaimsStore,
+    RegisteredClientStore,
+    ConsentStore,
     AttemptStore {
   /** What `pinpoint check` and the startup log show; never a password. */
   readonly description: string;
   /** Resolves when the backend answers (readiness). */
   ping(): Promise<void>;
-  /** Deletes what expired before `now`; never holds a lock long enough to block requests. */
+  /**
+   * Deletes what expired before `now` (a registered client once no grant of it is left, with its consents); never
+   * holds a lock long enough to block requests.
+   */
   sweep(now: number): Promise<void>;
   close(): Promise<void>;
 }
