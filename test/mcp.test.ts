@@ -147,6 +147,7 @@ describe('the example MCP server with Pinpoint and the MCP SDK client', { skip }
   });
 
   after(async () => {
+    await registered?.client.close();
     await browser?.close();
     await example?.stop();
     await killAll();
@@ -170,11 +171,13 @@ describe('the example MCP server with Pinpoint and the MCP SDK client', { skip }
     });
   }
 
-  /** A person in a fresh browser: the sign-in form, then the consent page (checked for what it must name), then back at the host. */
-  function signInAndConsent(expectedOnConsent: readonly string[], shot: string): (url: URL) => Promise<void> {
+  /**
+   * A person in a fresh browser: the sign-in form, then the consent page (checked for what it must name; `consent`
+   * undefined: consent is remembered and no page may come), then back at the host's `callbackUrl`.
+   */
+  function signInAndConsent(callbackUrl: string, consent: { names: readonly string[]; shot: string } | undefined): (url: URL) => Promise<void> {
     return async (url) => {
-      assert.ok(browser && callback);
-      const callbackUrl = callback.url;
+      assert.ok(browser);
       const context = await browser.newContext();
       context.setDefaultTimeout(STEP_TIMEOUT_MS);
       await context.route((target) => target.hostname !== '127.0.0.1', (route) => route.abort());
@@ -189,9 +192,10 @@ describe('the example MCP server with Pinpoint and the MCP SDK client', { skip }
             await page.getByLabel('Password').fill(PASSWORD);
             await Promise.all([page.waitForURL((next) => next.href !== here), page.click('button[type=submit]')]);
           } else if ((await page.getByRole('button', { name: /allow/i }).count()) > 0) {
+            assert.ok(consent, `consent was asked again although it is remembered:\n${await page.locator('body').innerText()}`);
             const text = await page.locator('body').innerText();
-            for (const expected of expectedOnConsent) assert.ok(text.includes(expected), `the consent page does not name ${expected}:\n${text}`);
-            await page.screenshot({ path: join(ARTIFACTS, `${shot}.png`), fullPage: true });
+            for (const expected of consent.names) assert.ok(text.includes(expected), `the consent page does not name ${expected}:\n${text}`);
+            await page.screenshot({ path: join(ARTIFACTS, `${consent.shot}.png`), fullPage: true });
             await Promise.all([page.waitForURL((next) => next.href.startsWith(callbackUrl)), page.getByRole('button', { name: /allow/i }).click()]);
             consented = true;
           } else {
@@ -199,7 +203,7 @@ describe('the example MCP server with Pinpoint and the MCP SDK client', { skip }
           }
         }
         assert.ok(page.url().startsWith(callbackUrl), `the browser did not reach the host's callback; it is at ${page.url()}`);
-        assert.ok(consented, 'a dynamic client got no consent page');
+        assert.equal(consented, consent !== undefined, 'a dynamic client gets a consent page unless it is remembered');
       } finally {
         await context.close();
       }
@@ -207,8 +211,7 @@ describe('the example MCP server with Pinpoint and the MCP SDK client', { skip }
   }
 
   /** What an MCP host does: connect, get 401, sign the person in, finish with the code, connect again. */
-  async function connectThroughSignIn(provider: BrowserAuthProvider, seen: SeenRequest[]): Promise<Client> {
-    assert.ok(callback);
+  async function connectThroughSignIn(provider: BrowserAuthProvider, seen: SeenRequest[], callback: LoopbackCallback): Promise<Client> {
     const arrivals = callback.arrivals.length;
     const first = new StreamableHTTPClientTransport(new URL(mcpUrl), { authProvider: provider, fetch: recordingFetch(seen) });
     await assert.rejects(new Client({ name: 'pinpoint-test-host', version: '1.0.0' }).connect(first), UnauthorizedError);
@@ -282,22 +285,67 @@ describe('the example MCP server with Pinpoint and the MCP SDK client', { skip }
     assert.match(refused.headers.get('www-authenticate') ?? '', new RegExp(`^Bearer .*resource_metadata="${resourceMetadataUrl}"`));
   });
 
+  /** The registered host of (1), kept for the steps after it as a host keeps its registration across runs. */
+  let registered: { provider: BrowserAuthProvider; client: Client; seen: SeenRequest[] } | undefined;
+
   step('(1) dynamic registration: the SDK registers, the person signs in and consents, the tool answers, the SDK refreshes', async () => {
     assert.ok(callback);
     const seen: SeenRequest[] = [];
     const name = 'Pinpoint MCP test host';
-    const provider = new BrowserAuthProvider(callback.url, name, signInAndConsent([name, mcpUrl], 'mcp-consent-registered'));
-    const client = await connectThroughSignIn(provider, seen);
+    const provider = new BrowserAuthProvider(callback.url, name, signInAndConsent(callback.url, { names: [name, mcpUrl], shot: 'mcp-consent-registered' }));
+    const client = await connectThroughSignIn(provider, seen, callback);
+    registered = { provider, client, seen };
+    const registration = seen.find((request) => request.method === 'POST' && request.url.href === `${pinpoint.baseUrl}/register`);
+    assert.equal(registration?.status, 201, 'the SDK registered at the registration_endpoint');
+    const clientId = provider.clientInformation()?.client_id;
+    assert.ok(clientId !== undefined && !clientId.startsWith('https://'));
+    assert.equal(provider.authorizationUrls[0]?.searchParams.get('client_id'), clientId);
+    await callAndRefresh(provider, client, seen);
+    assert.equal((await whoami(client)).client_id, clientId);
+  });
+
+  step('(1b) two calls refused at once: the SDK refreshes twice with one refresh token, both within refresh_reuse_grace succeed', async () => {
+    assert.ok(registered, 'needs (1)');
+    const { provider, client, seen } = registered;
+    const before = seen.filter((request) => request.form?.get('grant_type') === 'refresh_token').length;
+    provider.spoilAccessToken();
+    const answers = await Promise.all([whoami(client), whoami(client)]);
+    for (const answer of answers) assert.equal(answer.sub, 'alice');
+    const refreshes = seen.filter((request) => request.form?.get('grant_type') === 'refresh_token').slice(before);
+    assert.equal(refreshes.length, 2, 'each refused call refreshed');
+    assert.equal(refreshes[0]?.form?.get('refresh_token'), refreshes[1]?.form?.get('refresh_token'), 'with the same refresh token');
+    assert.deepEqual(refreshes.map((request) => request.status), [200, 200]);
+    // The grant was not revoked: the refresh token the SDK kept still refreshes.
+    provider.spoilAccessToken();
+    assert.equal((await whoami(client)).sub, 'alice');
+    assert.equal(seen.at(-2)?.form?.get('grant_type'), 'refresh_token');
+    assert.equal(seen.at(-2)?.status, 200);
+  });
+
+  step('(1c) the next run of the host: same registration, another loopback port, consent remembered', async () => {
+    assert.ok(registered, 'needs (1)');
+    await registered.client.close();
+    const elsewhere = await LoopbackCallback.start();
     try {
-      const registration = seen.find((request) => request.method === 'POST' && request.url.href === `${pinpoint.baseUrl}/register`);
-      assert.equal(registration?.status, 201, 'the SDK registered at the registration_endpoint');
-      const clientId = provider.clientInformation()?.client_id;
-      assert.ok(clientId !== undefined && !clientId.startsWith('https://'));
-      assert.equal(provider.authorizationUrls[0]?.searchParams.get('client_id'), clientId);
-      await callAndRefresh(provider, client, seen);
-      assert.equal((await whoami(client)).client_id, clientId);
+      assert.notEqual(elsewhere.url, registered.provider.callbackUrl);
+      const seen: SeenRequest[] = [];
+      const provider = new BrowserAuthProvider(elsewhere.url, 'Pinpoint MCP test host', signInAndConsent(elsewhere.url, undefined));
+      const information = registered.provider.clientInformation();
+      assert.ok(information);
+      provider.saveClientInformation(information);
+      const client = await connectThroughSignIn(provider, seen, elsewhere);
+      try {
+        assert.equal(seen.filter((request) => request.url.pathname === '/register').length, 0, 'no new registration');
+        assert.equal(provider.authorizationUrls[0]?.searchParams.get('redirect_uri'), elsewhere.url);
+        const answer = await whoami(client);
+        assert.equal(answer.sub, 'alice');
+        assert.equal(answer.client_id, information.client_id);
+        assert.equal(answer.aud, mcpUrl);
+      } finally {
+        await client.close();
+      }
     } finally {
-      await client.close();
+      await closeServer(elsewhere.server);
     }
   });
 
@@ -315,8 +363,8 @@ describe('the example MCP server with Pinpoint and the MCP SDK client', { skip }
       token_endpoint_auth_method: 'none',
     });
     const seen: SeenRequest[] = [];
-    const provider = new BrowserAuthProvider(callback.url, name, signInAndConsent([name, new URL(documentUrl).host, mcpUrl], 'mcp-consent-document'), documentUrl);
-    const client = await connectThroughSignIn(provider, seen);
+    const provider = new BrowserAuthProvider(callback.url, name, signInAndConsent(callback.url, { names: [name, new URL(documentUrl).host, mcpUrl], shot: 'mcp-consent-document' }), documentUrl);
+    const client = await connectThroughSignIn(provider, seen, callback);
     try {
       assert.equal(seen.filter((request) => request.url.pathname === '/register').length, 0, 'no registration');
       assert.equal(provider.authorizationUrls[0]?.searchParams.get('client_id'), documentUrl);
