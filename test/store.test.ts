@@ -17,18 +17,20 @@ import { MemoryStore } from '../src/store/memory.js';
 import { MIGRATIONS, migratePostgres } from '../src/store/migrations.js';
 import { codeParams, grantParams, refreshTokenParams, sessionParams } from '../src/store/rows.js';
 import { GRANT_EXPIRY_SLACK_MS } from '../src/store/rules.js';
-import { REVOKE_BATCH } from '../src/store/sql.js';
+import { REVOKE_BATCH, SWEEP_BATCH } from '../src/store/sql.js';
 import { openStore } from '../src/store/open.js';
 import { PostgresStore } from '../src/store/postgres.js';
 import { SqliteStore } from '../src/store/sqlite.js';
 import type {
   AuthorizationCodeRecord,
+  ConsentRecord,
   DeviceAuthorizationRecord,
   FederationStateRecord,
   Grant,
   GrantFilter,
   LoginRequestRecord,
   RefreshTokenRecord,
+  RegisteredClientRecord,
   SessionRecord,
   Store,
   StoredKey,
@@ -77,6 +79,59 @@ const makeRefresh = (grant: Grant, now: number, lifetimeMs = 60 * MINUTE): Refre
   issuedAt: now,
   expiresAt: now + lifetimeMs,
 });
+
+const DAY = 24 * 60 * MINUTE;
+
+/** A client as /register stores it; without a secret unless `overrides` give one. */
+const makeRegisteredClient = (now: number, overrides: Partial<RegisteredClientRecord> = {}): RegisteredClientRecord => ({
+  clientId: randomId('dyn'),
+  metadata: {
+    redirect_uris: ['http://127.0.0.1/callback', 'cursor://anysphere.cursor-mcp/oauth/callback'],
+    token_endpoint_auth_method: 'none',
+    grant_types: ['authorization_code', 'refresh_token'],
+    response_types: ['code'],
+    client_name: 'Claude Code (pinpoint)',
+  },
+  createdAt: now,
+  expiresAt: now + DAY,
+  ...overrides,
+});
+
+const makeConsent = (subject: string, clientId: string, now: number, overrides: Partial<ConsentRecord> = {}): ConsentRecord => ({
+  subject,
+  clientId,
+  scope: ['openid', 'mcp:tools', 'offline_access'],
+  resources: ['https://mcp.example.org/mcp', 'https://api.example.org/'],
+  wholeAudience: false,
+  grantedAt: now,
+  ...overrides,
+});
+
+/**
+ * `parallel` refreshes of `token` at once, spread over `stores`, as the token endpoint makes them for a client with a
+ * reuse grace: rotate, and when another rotated first, add a sibling (DESIGN.md §6). Returns each one's new token and outcome.
+ */
+async function refreshRace(stores: readonly Store[], token: RefreshTokenRecord, now: number, parallel = 10) {
+  const next = Array.from({ length: parallel }, (): RefreshTokenRecord => ({ digest: digest(), grantId: token.grantId, issuedAt: now, expiresAt: now + 60 * MINUTE }));
+  const outcomes = await Promise.all(
+    next.map(async (record, index) => {
+      const store = stores[index % stores.length] as Store;
+      if (await store.rotateRefreshToken(token.digest, record, now)) return 'rotated';
+      return (await store.addRefreshToken(record, now)) ? 'added' : 'refused';
+    }),
+  );
+  return { next, outcomes };
+}
+
+/** One rotation, the others siblings, every new token active and the presented one rotated at `now`; the grant lives. */
+async function assertRaceSettled(store: Store, grant: Grant, token: RefreshTokenRecord, race: Awaited<ReturnType<typeof refreshRace>>, now: number): Promise<void> {
+  const { next, outcomes } = race;
+  assert.equal(outcomes.filter((outcome) => outcome === 'rotated').length, 1, outcomes.join(' '));
+  assert.equal(outcomes.filter((outcome) => outcome === 'added').length, next.length - 1, outcomes.join(' '));
+  for (const record of next) assert.equal((await store.findRefreshToken(grant.id, record.digest, now)).status, 'active');
+  assert.deepEqual(await store.findRefreshToken(grant.id, token.digest, now), { status: 'rotated', grantId: grant.id, clientId: grant.clientId, rotatedAt: now });
+  assert.ok(await store.findGrant(grant.id, now), 'the grant survives');
+}
 
 /** The grant `id` is not stored: a grant of that id can be stored now (and is removed again). Works on every store. */
 async function assertNoGrant(store: Store, grant: Grant, now: number): Promise<void> {
@@ -193,6 +248,58 @@ async function assertVersionThreeKept(store: Store, inspect: StoreInspector, kep
       ['revoked_access_tokens', 'revoked_access_tokens_expires_at'],
     ];
     for (const [table, index] of expected) assert.ok((await inspect.indexes(table)).includes(index), `${table} has ${index}`);
+  } finally {
+    await store.close();
+  }
+}
+
+/** A version 4 database (before the reuse grace and dynamic clients): a grant with a used code, a rotated and an active refresh token. */
+function versionFourRows(now: number, placeholder: (index: number) => string) {
+  const grant = makeGrant(now - MINUTE, { expiresAt: now + 60 * MINUTE });
+  const code = makeCode(grant, now - MINUTE);
+  const rotated = makeRefresh(grant, now - MINUTE);
+  const token = makeRefresh(grant, now - 30_000);
+  const insert = (table: string, columns: string, values: readonly unknown[]) => ({
+    text: `INSERT INTO ${table} (${columns}) VALUES (${values.map((_, i) => placeholder(i + 1)).join(', ')})`,
+    values,
+  });
+  const rows = [
+    insert('grants', 'id, client_id, subject, scope, resources, claims, auth_time, created_at, expires_at', grantParams(grant)),
+    insert('authorization_codes', 'digest, grant_id, client_id, redirect_uri, code_challenge, nonce, expires_at, used', [...codeParams(code), 1]),
+    insert('refresh_tokens', 'grant_id, digest, issued_at, expires_at, status', [...refreshTokenParams(rotated), 'rotated']),
+    insert('refresh_tokens', 'grant_id, digest, issued_at, expires_at, status', [...refreshTokenParams(token), 'active']),
+  ];
+  return { rows, grant, code, rotated, token, now };
+}
+
+/**
+ * After migration 5 the old state is there, a token rotated before it reads as rotated long ago (rotatedAt 0: no
+ * reuse grace), and the new tables work; closes `store`.
+ */
+async function assertVersionFourKept(store: Store, inspect: StoreInspector, kept: ReturnType<typeof versionFourRows>): Promise<void> {
+  const { grant, code, rotated, token, now } = kept;
+  try {
+    assert.deepEqual(await store.findGrant(grant.id, now), grant);
+    assert.deepEqual(await store.findCode(code.digest, now), { status: 'used', code });
+    assert.deepEqual(await store.findRefreshToken(grant.id, rotated.digest, now), { status: 'rotated', grantId: grant.id, clientId: grant.clientId, rotatedAt: 0 });
+    assert.deepEqual(await store.findRefreshToken(grant.id, token.digest, now), { status: 'active', token, grant });
+
+    const next = makeRefresh(grant, now);
+    assert.equal(await store.rotateRefreshToken(token.digest, next, now), true);
+    assert.deepEqual(await store.findRefreshToken(grant.id, token.digest, now), { status: 'rotated', grantId: grant.id, clientId: grant.clientId, rotatedAt: now });
+    const sibling = makeRefresh(grant, now);
+    assert.equal(await store.addRefreshToken(sibling, now), true);
+    assert.equal((await store.findRefreshToken(grant.id, sibling.digest, now)).status, 'active');
+
+    const client = makeRegisteredClient(now, { secretDigest: digest() });
+    await store.saveRegisteredClient(client);
+    assert.deepEqual(await store.findRegisteredClient(client.clientId), client);
+    const consent = makeConsent(grant.subject, client.clientId, now);
+    await store.saveConsent(consent);
+    assert.deepEqual(await store.findConsent(grant.subject, client.clientId), consent);
+
+    assert.ok((await inspect.indexes('registered_clients')).includes('registered_clients_expires_at'));
+    assert.ok((await inspect.indexes('consents')).includes('consents_client_id'));
   } finally {
     await store.close();
   }
@@ -407,6 +514,7 @@ function storeSuite(name: string, backend: () => Backend): void {
         status: 'rotated',
         grantId: grant.id,
         clientId: grant.clientId,
+        rotatedAt: now + 5000,
       });
       const lookup = await store.findRefreshToken(next.grantId, next.digest, now + 5000);
       assert.equal(lookup.status, 'active');
@@ -463,6 +571,108 @@ function storeSuite(name: string, backend: () => Backend): void {
       assert.equal(statuses.filter((status) => status === 'active').length, 1);
       assert.equal(statuses.filter((status) => status === 'unknown').length, 49);
       assert.equal(statuses.indexOf('active'), results.indexOf(true));
+    });
+
+    it('records when a token was rotated: the rotation\'s now, not the new token\'s issue time', async () => {
+      const { store, now, grant, code } = await openWithCode();
+      const first = makeRefresh(grant, now);
+      assert.equal(await store.consumeCode(code.digest, now, now + ACCESS_TOKEN_MS, first), true);
+      const second = makeRefresh(grant, now + 6000);
+      assert.equal(await store.rotateRefreshToken(first.digest, second, now + 7000), true);
+      const third = makeRefresh(grant, now + 9000);
+      assert.equal(await store.rotateRefreshToken(second.digest, third, now + 9000), true);
+      const rotated = (rotatedAt: number) => ({ status: 'rotated', grantId: grant.id, clientId: grant.clientId, rotatedAt });
+      assert.deepEqual(await store.findRefreshToken(grant.id, first.digest, now + 9000), rotated(now + 7000));
+      assert.deepEqual(await store.findRefreshToken(grant.id, second.digest, now + 9000), rotated(now + 9000));
+      assert.equal(await store.rotateRefreshToken(first.digest, makeRefresh(grant, now + 10_000), now + 10_000), false);
+      assert.deepEqual(await store.findRefreshToken(grant.id, first.digest, now + 10_000), rotated(now + 7000), 'a refused rotation leaves rotatedAt');
+    });
+
+    it('adds a sibling refresh token to a live grant, extending the grant as a rotation does', async () => {
+      const { store, now, grant, code } = await openWithCode();
+      const first = makeRefresh(grant, now);
+      assert.equal(await store.consumeCode(code.digest, now, now + ACCESS_TOKEN_MS, first), true);
+      const extended = first.expiresAt + GRANT_EXPIRY_SLACK_MS;
+
+      const sibling = makeRefresh(grant, now + 1000);
+      assert.equal(await store.addRefreshToken(sibling, now + 1000), true);
+      assert.deepEqual(await store.findRefreshToken(grant.id, sibling.digest, now + 1000), { status: 'active', token: sibling, grant: { ...grant, expiresAt: extended } });
+      assert.equal((await store.findRefreshToken(grant.id, first.digest, now + 1000)).status, 'active', 'a sibling rotates nothing');
+
+      const short = makeRefresh(grant, now + 2000, MINUTE);
+      assert.equal(await store.addRefreshToken(short, now + 2000), true);
+      assert.equal((await store.findGrant(grant.id, now + 2000))?.expiresAt, extended, 'never shortened');
+      const beyond = makeRefresh(grant, now + 2 * GRANT_EXPIRY_SLACK_MS);
+      assert.equal(await store.addRefreshToken(beyond, now + 3000), true);
+      assert.equal((await store.findGrant(grant.id, now + 3000))?.expiresAt, beyond.expiresAt + GRANT_EXPIRY_SLACK_MS);
+
+      const bare = makeGrant(now);
+      await store.createGrantWithCode(bare, makeCode(bare, now));
+      const onBare = makeRefresh(bare, now);
+      assert.equal(await store.addRefreshToken(onBare, now), true, 'a live grant that never had a refresh token takes one');
+      assert.equal((await store.findRefreshToken(bare.id, onBare.digest, now)).status, 'active');
+      await assert.rejects(store.addRefreshToken({ ...makeRefresh(grant, now), digest: sibling.digest }, now), 'a digest is never stored twice');
+    });
+
+    it('adds no sibling to a revoked, expired or unknown grant, and writes nothing', async () => {
+      const { store, inspect } = await backend().open();
+      opened.push(store);
+      const now = Date.now();
+      const revoked = makeGrant(now);
+      await store.createGrantWithCode(revoked, makeCode(revoked, now));
+      await store.revokeGrant(revoked.id);
+      const afterRevocation = makeRefresh(revoked, now);
+      assert.equal(await store.addRefreshToken(afterRevocation, now), false);
+      assert.deepEqual(await store.findRefreshToken(revoked.id, afterRevocation.digest, now), { status: 'unknown' });
+      await assertNoGrant(store, revoked, now);
+
+      const expiring = makeGrant(now, { expiresAt: now + MINUTE });
+      await store.createGrantWithCode(expiring, makeCode(expiring, now));
+      const late = makeRefresh(expiring, now + MINUTE);
+      assert.equal(await store.addRefreshToken(late, now + MINUTE), false, 'expired at its expiry');
+      assert.deepEqual(await store.findRefreshToken(expiring.id, late.digest, now), { status: 'unknown' });
+      assert.equal((await store.findGrant(expiring.id, now))?.expiresAt, now + MINUTE, 'not extended');
+
+      assert.equal(await store.addRefreshToken(makeRefresh(makeGrant(now), now), now), false, 'unknown grant');
+      if (inspect !== undefined) {
+        assert.equal(await inspect.rows('refresh_tokens'), 0);
+        assert.deepEqual(await inspect.grant(expiring.id), expiring);
+      }
+    });
+
+    it('settles 10 parallel refreshes of one token within a grace: one rotation, nine siblings, all active', async () => {
+      const store = await open();
+      for (let round = 0; round < 5; round += 1) {
+        const now = Date.now() + round;
+        const grant = makeGrant(now);
+        const code = makeCode(grant, now);
+        await store.createGrantWithCode(grant, code);
+        const token = makeRefresh(grant, now);
+        assert.equal(await store.consumeCode(code.digest, now, now + ACCESS_TOKEN_MS, token), true);
+        const at = now + 1000;
+        await assertRaceSettled(store, grant, token, await refreshRace([store], token, at), at);
+      }
+    });
+
+    it('never leaves a token of a grant revoked while siblings are added to it', async () => {
+      const { store, inspect } = await backend().open();
+      opened.push(store);
+      const now = Date.now();
+      const siblings = 8;
+      for (let round = 0; round <= siblings; round += 1) {
+        const grant = makeGrant(now);
+        const code = makeCode(grant, now);
+        await store.createGrantWithCode(grant, code);
+        const token = makeRefresh(grant, now);
+        assert.equal(await store.consumeCode(code.digest, now, now + ACCESS_TOKEN_MS, token), true);
+        const added = Array.from({ length: siblings }, () => makeRefresh(grant, now));
+        const add = (record: RefreshTokenRecord) => store.addRefreshToken(record, now);
+        // The revocation at every position among the additions.
+        await Promise.all([...added.slice(0, round).map(add), store.revokeGrant(grant.id), ...added.slice(round).map(add)]);
+        for (const record of [token, ...added]) assert.deepEqual(await store.findRefreshToken(grant.id, record.digest, now), { status: 'unknown' });
+        assert.equal(await store.addRefreshToken(makeRefresh(grant, now), now), false);
+      }
+      if (inspect !== undefined) assert.equal(await inspect.rows('refresh_tokens'), 0, 'no row left of a revoked grant');
     });
 
     it('revokes a grant with its codes and live refresh tokens', async () => {
@@ -938,6 +1148,160 @@ function storeSuite(name: string, backend: () => Backend): void {
       await store.sweep(now);
     });
 
+    it('saves, finds, keeps (never shortening) and deletes a registered client', async () => {
+      const store = await open();
+      const now = Date.now();
+      const publicClient = makeRegisteredClient(now);
+      const confidential = makeRegisteredClient(now, {
+        secretDigest: digest(),
+        metadata: {
+          redirect_uris: ['https://app.example.org/callback'],
+          token_endpoint_auth_method: 'client_secret_basic',
+          grant_types: ['authorization_code'],
+          response_types: ['code'],
+          application_type: 'web',
+          client_name: 'Café «Ünïcode» \u{1F600}',
+          client_uri: 'https://app.example.org/',
+          logo_uri: 'https://app.example.org/logo.png',
+          scope: 'openid mcp:tools',
+        },
+      });
+      await store.saveRegisteredClient(publicClient);
+      await store.saveRegisteredClient(confidential);
+      const found = await store.findRegisteredClient(publicClient.clientId);
+      assert.deepEqual(found, publicClient);
+      assert.ok(found !== undefined && !('secretDigest' in found), 'no secret digest for a public client');
+      assert.deepEqual(await store.findRegisteredClient(confidential.clientId), confidential);
+      assert.equal(await store.findRegisteredClient(randomId('dyn')), undefined);
+      await assert.rejects(store.saveRegisteredClient({ ...publicClient, metadata: confidential.metadata }), 'a client id is registered once');
+      assert.deepEqual(await store.findRegisteredClient(publicClient.clientId), publicClient);
+
+      await store.keepRegisteredClient(publicClient.clientId, publicClient.expiresAt + DAY);
+      assert.equal((await store.findRegisteredClient(publicClient.clientId))?.expiresAt, publicClient.expiresAt + DAY);
+      await store.keepRegisteredClient(publicClient.clientId, now);
+      assert.deepEqual(await store.findRegisteredClient(publicClient.clientId), { ...publicClient, expiresAt: publicClient.expiresAt + DAY }, 'never shortened');
+      await store.keepRegisteredClient(randomId('dyn'), now + DAY);
+      const expired = makeRegisteredClient(now - 2 * DAY, { expiresAt: now - DAY });
+      await store.saveRegisteredClient(expired);
+      assert.deepEqual(await store.findRegisteredClient(expired.clientId), expired, 'found until the sweep removes it');
+
+      assert.equal(await store.deleteRegisteredClient(publicClient.clientId), true);
+      assert.equal(await store.findRegisteredClient(publicClient.clientId), undefined);
+      assert.equal(await store.deleteRegisteredClient(publicClient.clientId), false);
+      assert.equal(await store.deleteRegisteredClient(randomId('dyn')), false);
+      assert.deepEqual(await store.findRegisteredClient(confidential.clientId), confidential, 'others untouched');
+    });
+
+    it('remembers one consent per person and client, replacing it when saved again', async () => {
+      const store = await open();
+      const now = Date.now();
+      const consent = makeConsent('alice', 'dyn-a', now);
+      await store.saveConsent(consent);
+      const whole = makeConsent('alice', 'dyn-b', now, { resources: [], wholeAudience: true, scope: [] });
+      await store.saveConsent(whole);
+      const bob = makeConsent('bob', 'dyn-a', now, { scope: ['openid'] });
+      await store.saveConsent(bob);
+      assert.deepEqual(await store.findConsent('alice', 'dyn-a'), consent);
+      assert.deepEqual(await store.findConsent('alice', 'dyn-b'), whole);
+      assert.deepEqual(await store.findConsent('bob', 'dyn-a'), bob);
+      assert.equal(await store.findConsent('carol', 'dyn-a'), undefined);
+      assert.equal(await store.findConsent('alice', 'dyn-c'), undefined);
+
+      const wider = makeConsent('alice', 'dyn-a', now + MINUTE, {
+        scope: ['openid', 'mcp:tools', 'offline_access', 'profile'],
+        resources: ['https://z.example.org', 'https://a.example.org'],
+        wholeAudience: true,
+      });
+      await store.saveConsent(wider);
+      assert.deepEqual(await store.findConsent('alice', 'dyn-a'), wider, 'replaced, order kept');
+      await store.saveConsent(consent);
+      assert.deepEqual(await store.findConsent('alice', 'dyn-a'), consent, 'wholeAudience back to false');
+      assert.deepEqual(await store.findConsent('bob', 'dyn-a'), bob, 'others untouched');
+      const writes = await Promise.all(Array.from({ length: 10 }, (_, i) => store.saveConsent(makeConsent('dave', 'dyn-a', now + i))));
+      assert.equal(writes.length, 10);
+      assert.ok((await store.findConsent('dave', 'dyn-a')) !== undefined, 'parallel saves of one consent all succeed');
+    });
+
+    it('forgets a client\'s consents with its registration and when its grants are revoked', async () => {
+      const store = await open();
+      const now = Date.now();
+      const client = makeRegisteredClient(now);
+      const other = makeRegisteredClient(now);
+      for (const record of [client, other]) await store.saveRegisteredClient(record);
+      const document = 'https://host.example/oauth/client.json';
+      const saveAll = async () => {
+        for (const subject of ['alice', 'bob']) {
+          for (const clientId of [client.clientId, other.clientId, document]) await store.saveConsent(makeConsent(subject, clientId, now));
+        }
+      };
+      const has = async (subject: string, clientId: string) => (await store.findConsent(subject, clientId)) !== undefined;
+      await saveAll();
+
+      assert.equal(await store.deleteRegisteredClient(client.clientId), true);
+      assert.equal(await has('alice', client.clientId), false);
+      assert.equal(await has('bob', client.clientId), false);
+      assert.equal(await has('alice', other.clientId), true, 'other clients keep theirs');
+      assert.equal(await has('alice', document), true);
+
+      await saveAll();
+      assert.equal(await store.revokeGrants({ subject: 'alice', clientId: client.clientId }), 0);
+      assert.equal(await has('alice', client.clientId), false, 'revoking a person\'s grants of a client forgets that consent');
+      assert.equal(await has('bob', client.clientId), true);
+      assert.equal(await store.revokeGrants({ clientId: document }), 0);
+      assert.equal(await has('alice', document), false, 'also for a client without a registration');
+      assert.equal(await has('bob', document), false);
+      assert.equal(await store.revokeGrants({ subject: 'bob' }), 0);
+      assert.equal(await has('bob', client.clientId), true, 'a filter naming no client forgets no consent');
+      assert.equal(await store.deleteRegisteredClient(client.clientId), false, 'no registration left');
+      assert.equal(await has('bob', client.clientId), false, 'its consents go all the same');
+      assert.equal(await has('bob', other.clientId), true);
+    });
+
+    it('sweeps a registered client once it expired and no grant of it is left, with its consents', async () => {
+      const { store, inspect } = await backend().open();
+      opened.push(store);
+      const now = Date.now();
+      const past = now - 2 * DAY;
+      const abandoned = makeRegisteredClient(past, { expiresAt: now - 1 });
+      const withLiveGrant = makeRegisteredClient(past, { expiresAt: now - 1 });
+      const withExpiredGrant = makeRegisteredClient(past, { expiresAt: now - 1 });
+      const unexpired = makeRegisteredClient(past, { expiresAt: now + MINUTE });
+      const clients = [abandoned, withLiveGrant, withExpiredGrant, unexpired];
+      // More than two sweep batches of abandoned clients, each with a consent.
+      const many = Array.from({ length: 2 * SWEEP_BATCH + 7 }, () => makeRegisteredClient(past, { expiresAt: now - 1 }));
+      await Promise.all([...clients, ...many].map((client) => store.saveRegisteredClient(client)));
+      await Promise.all([...clients, ...many].map((client) => store.saveConsent(makeConsent('alice', client.clientId, past))));
+      const document = 'https://host.example/oauth/client.json';
+      await store.saveConsent(makeConsent('alice', document, past));
+
+      const liveGrant = makeGrant(past, { clientId: withLiveGrant.clientId, expiresAt: now + MINUTE });
+      await store.createGrantWithCode(liveGrant, makeCode(liveGrant, past));
+      const expiredGrant = makeGrant(past, { clientId: withExpiredGrant.clientId, expiresAt: now - 1 });
+      await store.createGrantWithCode(expiredGrant, makeCode(expiredGrant, past));
+
+      await store.sweep(now);
+
+      const kept = async (client: RegisteredClientRecord) =>
+        (await store.findRegisteredClient(client.clientId)) !== undefined && (await store.findConsent('alice', client.clientId)) !== undefined;
+      const gone = async (client: RegisteredClientRecord) =>
+        (await store.findRegisteredClient(client.clientId)) === undefined && (await store.findConsent('alice', client.clientId)) === undefined;
+      assert.ok(await gone(abandoned), 'expired, never had a grant');
+      assert.ok(await gone(withExpiredGrant), 'its last grant went in the same sweep');
+      assert.ok(await kept(withLiveGrant), 'expired but a grant of it lives');
+      assert.ok(await kept(unexpired));
+      for (const client of many.slice(0, 3)) assert.ok(await gone(client));
+      assert.ok((await store.findConsent('alice', document)) !== undefined, 'a consent of an unregistered client is not swept');
+      if (inspect !== undefined) {
+        assert.equal(await inspect.rows('registered_clients'), 2);
+        assert.equal(await inspect.rows('consents'), 3);
+      }
+
+      await store.revokeGrant(liveGrant.id);
+      await store.sweep(now);
+      assert.ok(await gone(withLiveGrant), 'swept once its grant is gone');
+      assert.ok(await kept(unexpired));
+    });
+
     it('answers ping, describes itself, and closes', async () => {
       const { store } = await backend().open();
       await store.ping();
@@ -1078,7 +1442,16 @@ describe('sqlite', () => {
     const file = await oldDatabase(3, kept.rows);
     await assertVersionThreeKept(new SqliteStore(file), sqliteInspector(file), kept);
     const check = new Database(file, { readonly: true });
-    assert.deepEqual((check.prepare('SELECT version FROM schema_migrations ORDER BY version').all() as { version: number }[]).map((row) => row.version), [1, 2, 3, 4]);
+    assert.deepEqual((check.prepare('SELECT version FROM schema_migrations ORDER BY version').all() as { version: number }[]).map((row) => row.version), MIGRATIONS.map((migration) => migration.version));
+    check.close();
+  });
+
+  it('migrates a version 4 database: grants, codes and tokens stay; a token rotated before reads as rotated long ago', async () => {
+    const kept = versionFourRows(Date.now(), () => '?');
+    const file = await oldDatabase(4, kept.rows);
+    await assertVersionFourKept(new SqliteStore(file), sqliteInspector(file), kept);
+    const check = new Database(file, { readonly: true });
+    assert.deepEqual((check.prepare('SELECT version FROM schema_migrations ORDER BY version').all() as { version: number }[]).map((row) => row.version), [1, 2, 3, 4, 5]);
     check.close();
   });
 
@@ -1206,7 +1579,16 @@ if (POSTGRES_URL === undefined) {
       const store = await openStore({ kind: 'postgres', url: urlOf(database), schema });
       await assertVersionThreeKept(store, postgresInspector(urlOf(database), schema), kept);
       const versions = await admin(async (client) => (await client.query(`SELECT version FROM ${schema}.schema_migrations ORDER BY version`)).rows, urlOf(database));
-      assert.deepEqual(versions.map((row: { version: number }) => row.version), [1, 2, 3, 4]);
+      assert.deepEqual(versions.map((row: { version: number }) => row.version), MIGRATIONS.map((migration) => migration.version));
+    });
+
+    it('migrates a version 4 schema: grants, codes and tokens stay; a token rotated before reads as rotated long ago', async () => {
+      const kept = versionFourRows(Date.now(), (index) => `$${index}`);
+      const schema = await oldSchema(4, kept.rows);
+      const store = await openStore({ kind: 'postgres', url: urlOf(database), schema });
+      await assertVersionFourKept(store, postgresInspector(urlOf(database), schema), kept);
+      const versions = await admin(async (client) => (await client.query(`SELECT version FROM ${schema}.schema_migrations ORDER BY version`)).rows, urlOf(database));
+      assert.deepEqual(versions.map((row: { version: number }) => row.version), [1, 2, 3, 4, 5]);
     });
 
     it('opens twice at once on a fresh database: both succeed, one migration run, the same keys', async () => {
@@ -1269,6 +1651,57 @@ if (POSTGRES_URL === undefined) {
           const consumed = await Promise.all(Array.from({ length: 20 }, (_, index) => (index % 2 === 0 ? first : second).consumeCode(code.digest, now, now + ACCESS_TOKEN_MS)));
           assert.equal(consumed.filter(Boolean).length, 1);
         }
+      } finally {
+        await first.close();
+        await second.close();
+      }
+    });
+
+    it('settles parallel refreshes within a grace across two instances: one rotation, the others siblings', async () => {
+      const state = { kind: 'postgres' as const, url: urlOf(database), schema: 'grace' };
+      const [first, second] = await Promise.all([openStore(state), openStore(state)]);
+      try {
+        for (let round = 0; round < 5; round += 1) {
+          const now = Date.now() + round;
+          const grant = makeGrant(now);
+          const code = makeCode(grant, now);
+          await first.createGrantWithCode(grant, code);
+          const token = makeRefresh(grant, now);
+          assert.equal(await second.consumeCode(code.digest, now, now + ACCESS_TOKEN_MS, token), true);
+          const at = now + 1000;
+          await assertRaceSettled(first, grant, token, await refreshRace([first, second], token, at), at);
+        }
+      } finally {
+        await first.close();
+        await second.close();
+      }
+    });
+
+    it('never leaves a token of a grant one instance revokes while another adds siblings', async () => {
+      const schema = 'revoke_race';
+      const state = { kind: 'postgres' as const, url: urlOf(database), schema };
+      const [first, second] = await Promise.all([openStore(state), openStore(state)]);
+      try {
+        const now = Date.now();
+        for (let round = 0; round < 20; round += 1) {
+          const grant = makeGrant(now);
+          const code = makeCode(grant, now);
+          await first.createGrantWithCode(grant, code);
+          const token = makeRefresh(grant, now);
+          assert.equal(await first.consumeCode(code.digest, now, now + ACCESS_TOKEN_MS, token), true);
+          const added = Array.from({ length: 8 }, () => makeRefresh(grant, now));
+          const add = (record: RefreshTokenRecord) => second.addRefreshToken(record, now);
+          const at = round % (added.length + 1);
+          await Promise.all([...added.slice(0, at).map(add), first.revokeGrant(grant.id), ...added.slice(at).map(add)]);
+          assert.equal(await second.addRefreshToken(makeRefresh(grant, now), now), false);
+        }
+        const orphans = await admin(
+          async (client) =>
+            (await client.query(`SELECT count(*) AS n FROM ${schema}.refresh_tokens r WHERE NOT EXISTS (SELECT 1 FROM ${schema}.grants g WHERE g.id = r.grant_id)`)).rows,
+          urlOf(database),
+        );
+        assert.deepEqual(orphans, [{ n: '0' }], 'no refresh token outlived its revoked grant');
+        assert.equal(await postgresInspector(urlOf(database), schema).rows('refresh_tokens'), 0);
       } finally {
         await first.close();
         await second.close();
