@@ -357,7 +357,8 @@ describe('the example MCP server with Pinpoint and the MCP SDK client', { skip }
     documents.documents.set(path, {
       client_id: documentUrl,
       client_name: name,
-      redirect_uris: [callback.url],
+      // Without a port, as native hosts publish it: a dynamic client's loopback redirect URI matches on any port.
+      redirect_uris: [`http://127.0.0.1${new URL(callback.url).pathname}`],
       grant_types: ['authorization_code', 'refresh_token'],
       response_types: ['code'],
       token_endpoint_auth_method: 'none',
