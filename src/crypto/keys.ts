@@ -4,9 +4,34 @@
  * retirement made by `pinpoint keys` reaches every instance within KEY_TIMING.reloadMs, without a restart.
  */
 import { calculateJwkThumbprint, exportJWK, generateKeyPair, importJWK, type JWK } from 'jose';
-import type { KeyStore, StoredKey } from '../store/types.js';
 
 export type SigningAlgorithm = 'ES256' | 'RS256';
+
+/** A signing key as the store keeps it (store/ implements KeyStore). */
+export interface StoredKey {
+  readonly kid: string;
+  readonly alg: 'ES256' | 'RS256';
+  /** Private JWK as JSON text. */
+  readonly privateJwk: string;
+  readonly createdAt: number;
+  /** Set by `pinpoint keys retire`: no longer published, and tokens it signed no longer verify. */
+  readonly retiredAt?: number;
+}
+
+export interface KeyStore {
+  /**
+   * Returns the stored keys (retired ones included); when none is stored yet, stores `candidates` and returns them.
+   * Safe when several instances start at once: all of them end up with the same keys.
+   */
+  loadOrCreateKeys(candidates: readonly StoredKey[]): Promise<StoredKey[]>;
+  /** Every stored key, retired ones included, oldest first (then by kid). */
+  listKeys(): Promise<StoredKey[]>;
+  /** Adds new keys (a rotation) in one transaction. */
+  addKeys(keys: readonly StoredKey[]): Promise<void>;
+  /** Marks the key retired at `now`; false when no such key or it was already retired. */
+  retireKey(kid: string, now: number): Promise<boolean>;
+}
+
 export const SIGNING_ALGORITHMS: readonly SigningAlgorithm[] = ['ES256', 'RS256'];
 
 export interface SigningKey {

@@ -1,7 +1,14 @@
 /** The refresh token format: `<grant id>.<secret>`, so the store finds a token by its grant (bench/RESULTS.md). */
-import type { RefreshTokenRecord } from '../store/types.js';
 import { digestOf } from './digest.js';
 import { randomText } from './random.js';
+
+/** A refresh token as the store keeps it: its SHA-256, never the token. */
+export interface RefreshTokenRecord {
+  readonly digest: string;
+  readonly grantId: string;
+  readonly issuedAt: number;
+  readonly expiresAt: number;
+}
 
 const SEPARATOR = '.';
 /** Grant ids are UUIDs; anything else before the separator is not one of our tokens. */

@@ -5,29 +5,11 @@
  * Every method may reject with StoreUnavailableError when the backend cannot be reached.
  */
 
-export interface StoredKey {
-  readonly kid: string;
-  readonly alg: 'ES256' | 'RS256';
-  /** Private JWK as JSON text. */
-  readonly privateJwk: string;
-  readonly createdAt: number;
-  /** Set by `pinpoint keys retire`: no longer published, and tokens it signed no longer verify. */
-  readonly retiredAt?: number;
-}
-
-export interface KeyStore {
-  /**
-   * Returns the stored keys (retired ones included); when none is stored yet, stores `candidates` and returns them.
-   * Safe when several instances start at once: all of them end up with the same keys.
-   */
-  loadOrCreateKeys(candidates: readonly StoredKey[]): Promise<StoredKey[]>;
-  /** Every stored key, retired ones included, oldest first (then by kid). */
-  listKeys(): Promise<StoredKey[]>;
-  /** Adds new keys (a rotation) in one transaction. */
-  addKeys(keys: readonly StoredKey[]): Promise<void>;
-  /** Marks the key retired at `now`; false when no such key or it was already retired. */
-  retireKey(kid: string, now: number): Promise<boolean>;
-}
+// Signing keys and refresh-token records are crypto's shapes; the store keeps them as they are.
+export type { KeyStore, StoredKey } from '../crypto/keys.js';
+export type { RefreshTokenRecord } from '../crypto/refresh-token.js';
+import type { KeyStore } from '../crypto/keys.js';
+import type { RefreshTokenRecord } from '../crypto/refresh-token.js';
 
 /** Identity claims remembered from sign-in (local user or upstream). */
 export interface SubjectClaims {
@@ -122,12 +104,6 @@ export interface AuthorizationCodeStore {
   consumeCode(digest: string, now: number, grantUntil: number, firstRefresh?: RefreshTokenRecord): Promise<boolean>;
 }
 
-export interface RefreshTokenRecord {
-  readonly digest: string;
-  readonly grantId: string;
-  readonly issuedAt: number;
-  readonly expiresAt: number;
-}
 
 export type RefreshLookup =
   | { readonly status: 'active'; readonly token: RefreshTokenRecord; readonly grant: Grant }
