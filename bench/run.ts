@@ -4,7 +4,7 @@
  * autocannon driver in its own process pinned to core 1. Within a case the servers' measured segments are
  * interleaved (A B C C B A ...) so the machine's drift hits them alike; the ratios, not the absolute figures, are the result.
  *
- *   npm run bench                     full run (about 10 minutes), writes bench/RESULTS.md
+ *   npm run bench                     full run (about 12 minutes), writes bench/RESULTS.md
  *   npm run bench -- --smoke          every case for 1 s, small scale seed, no thresholds (CI)
  *   npm run bench -- --profile CASE   Pinpoint (SQLite) under CASE at c=16 with the V8 profiler, then the hottest functions
  *                                     (--target oidc-provider|pinpoint-memory|pinpoint-postgres to profile another; --perf adds Linux perf,
@@ -435,11 +435,11 @@ const signingOf = (server: Server): Promise<{ module: string; signatures?: numbe
 const LEGACY_SIGNING_HOOK = pathToFileURL(join(here, 'legacy-signing.ts')).href;
 
 /**
- * Refresh on PostgreSQL stays below this many req/s per instance (about 1,100 measured here on a busy machine) until the
- * case has measured it: it sizes the first pools, since seeding through PostgreSQL (under 2,000 tokens/s here) is too
- * slow for the 15,000 req/s guess of the other cases. Smoke mode's single cold second needs fewer.
+ * Refresh on PostgreSQL stays below this many req/s per instance (about 1,000 measured here on a busy machine) until the
+ * case has measured it: it sizes the pools of the warm-up (made twice over) and of smoke mode's single cold second,
+ * since seeding through PostgreSQL (under 2,000 tokens/s here) is too slow for the 15,000 req/s guess of the other cases.
  */
-const POSTGRES_EXPECTED_RATE = smoke ? 1500 : 3000;
+const POSTGRES_EXPECTED_RATE = smoke ? 1500 : 2000;
 
 /** `server`, backed by PostgreSQL, under `caseName`; its pool (named `pool`) is sized from POSTGRES_EXPECTED_RATE until measured. */
 function postgresLeg(caseName: CaseName, server: Server, pool: string): Leg {
