@@ -16,7 +16,7 @@ import { SQL, type Statement } from '../src/store/sql.js';
 import { SqliteStore } from '../src/store/sqlite.js';
 import type { Grant } from '../src/store/types.js';
 import { newRefreshToken } from '../src/crypto/refresh-token.js';
-import { AUDIENCE, CLIENT_ID, REFRESH_LIFETIME_MS, SCOPE, shuffled } from './common.js';
+import { AUDIENCE, CLIENT_ID, REFRESH_LIFETIME_MS, SCOPE, shuffled, subjectOf } from './common.js';
 
 const BATCH = 50_000;
 
@@ -52,7 +52,7 @@ const insertBatch = db.transaction((from: number, to: number, now: number): void
     const grant: Grant = {
       id: randomUUID(),
       clientId: CLIENT_ID,
-      subject: `user-${i}`,
+      subject: subjectOf(i),
       scope: [SCOPE],
       resources: [...AUDIENCE],
       claims: {},
