@@ -26,6 +26,7 @@ import {
   LoopbackCallback,
   makeCertificate,
   recordingFetch,
+  RefreshBarrier,
   startPinpointWith,
   writeDynamicDeployment,
   type SeenRequest,
@@ -211,7 +212,7 @@ describe('the example MCP server with Pinpoint and the MCP SDK client', { skip }
   }
 
   /** What an MCP host does: connect, get 401, sign the person in, finish with the code, connect again. */
-  async function connectThroughSignIn(provider: BrowserAuthProvider, seen: SeenRequest[], callback: LoopbackCallback): Promise<Client> {
+  async function connectThroughSignIn(provider: BrowserAuthProvider, seen: SeenRequest[], callback: LoopbackCallback, barrier?: RefreshBarrier): Promise<Client> {
     const arrivals = callback.arrivals.length;
     const first = new StreamableHTTPClientTransport(new URL(mcpUrl), { authProvider: provider, fetch: recordingFetch(seen) });
     await assert.rejects(new Client({ name: 'pinpoint-test-host', version: '1.0.0' }).connect(first), UnauthorizedError);
@@ -224,7 +225,7 @@ describe('the example MCP server with Pinpoint and the MCP SDK client', { skip }
     await first.finishAuth(code);
     await first.close();
     const client = new Client({ name: 'pinpoint-test-host', version: '1.0.0' });
-    await client.connect(new StreamableHTTPClientTransport(new URL(mcpUrl), { authProvider: provider, fetch: recordingFetch(seen) }));
+    await client.connect(new StreamableHTTPClientTransport(new URL(mcpUrl), { authProvider: provider, fetch: recordingFetch(seen, barrier) }));
     return client;
   }
 
@@ -286,15 +287,16 @@ describe('the example MCP server with Pinpoint and the MCP SDK client', { skip }
   });
 
   /** The registered host of (1), kept for the steps after it as a host keeps its registration across runs. */
-  let registered: { provider: BrowserAuthProvider; client: Client; seen: SeenRequest[] } | undefined;
+  let registered: { provider: BrowserAuthProvider; client: Client; seen: SeenRequest[]; barrier: RefreshBarrier } | undefined;
 
   step('(1) dynamic registration: the SDK registers, the person signs in and consents, the tool answers, the SDK refreshes', async () => {
     assert.ok(callback);
     const seen: SeenRequest[] = [];
     const name = 'Pinpoint MCP test host';
     const provider = new BrowserAuthProvider(callback.url, name, signInAndConsent(callback.url, { names: [name, mcpUrl], shot: 'mcp-consent-registered' }));
-    const client = await connectThroughSignIn(provider, seen, callback);
-    registered = { provider, client, seen };
+    const barrier = new RefreshBarrier();
+    const client = await connectThroughSignIn(provider, seen, callback, barrier);
+    registered = { provider, client, seen, barrier };
     const registration = seen.find((request) => request.method === 'POST' && request.url.href === `${pinpoint.baseUrl}/register`);
     assert.equal(registration?.status, 201, 'the SDK registered at the registration_endpoint');
     const clientId = provider.clientInformation()?.client_id;
@@ -306,9 +308,10 @@ describe('the example MCP server with Pinpoint and the MCP SDK client', { skip }
 
   step('(1b) two calls refused at once: the SDK refreshes twice with one refresh token, both within refresh_reuse_grace succeed', async () => {
     assert.ok(registered, 'needs (1)');
-    const { provider, client, seen } = registered;
+    const { provider, client, seen, barrier } = registered;
     const before = seen.filter((request) => request.form?.get('grant_type') === 'refresh_token').length;
     provider.spoilAccessToken();
+    barrier.arm(2);
     const answers = await Promise.all([whoami(client), whoami(client)]);
     for (const answer of answers) assert.equal(answer.sub, 'alice');
     const refreshes = seen.filter((request) => request.form?.get('grant_type') === 'refresh_token').slice(before);

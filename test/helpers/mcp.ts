@@ -305,13 +305,46 @@ export interface SeenRequest {
   readonly status: number;
 }
 
-/** A fetch that records the requests (and their form bodies) the MCP SDK makes. */
-export function recordingFetch(seen: SeenRequest[]): typeof fetch {
+/**
+ * Holds refresh requests until `count` of them are waiting (or `timeoutMs` passed), then lets them go together: two
+ * calls refused at once then refresh in parallel with the same refresh token, as they do when the network is slower.
+ */
+export class RefreshBarrier {
+  #count = 0;
+  #waiting: (() => void)[] = [];
+
+  arm(count: number): void {
+    this.#count = count;
+  }
+
+  async pass(timeoutMs = 5000): Promise<void> {
+    if (this.#count <= 1) return;
+    await new Promise<void>((resolve) => {
+      const timer = setTimeout(release, timeoutMs);
+      const waiting = this.#waiting;
+      waiting.push(() => {
+        clearTimeout(timer);
+        resolve();
+      });
+      function release(): void {
+        for (const go of waiting.splice(0)) go();
+      }
+      if (waiting.length >= this.#count) {
+        this.#count = 0;
+        release();
+      }
+    });
+  }
+}
+
+/** A fetch that records the requests (and their form bodies) the MCP SDK makes; refresh requests pass `barrier`. */
+export function recordingFetch(seen: SeenRequest[], barrier?: RefreshBarrier): typeof fetch {
   return async (input, init) => {
     const url = new URL(input instanceof Request ? input.url : String(input));
     const method = init?.method ?? (input instanceof Request ? input.method : 'GET');
     const body = init?.body;
     const form = body instanceof URLSearchParams ? new URLSearchParams(body) : undefined;
+    if (form?.get('grant_type') === 'refresh_token') await barrier?.pass();
     const response = await fetch(input, init);
     seen.push({ method, url, form, status: response.status });
     return response;
