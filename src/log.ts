@@ -7,10 +7,12 @@ const SECRET_KEYS = ['password', 'client_secret', 'code', 'code_verifier', 'refr
 /** Header paths in pino's path syntax (brackets for the hyphenated name). */
 const SECRET_HEADERS = ['.authorization', '.cookie', '["set-cookie"]'] as const;
 
-/** pino's own redaction (fast-redact, compiled once): what routes log is chosen fields anyway; this is the net under them. */
+/**
+ * pino's own redaction (compiled once): what routes log is chosen fields anyway; this is the net under them. Exact
+ * paths only: a wildcard makes every line walk every key, which cost more CPU per request than the rest of the log.
+ */
 const REDACT_PATHS = [
   ...SECRET_KEYS,
-  ...SECRET_KEYS.map((key) => `*.${key}`),
   ...SECRET_HEADERS.map((header) => `headers${header}`),
   ...SECRET_HEADERS.map((header) => `req.headers${header}`),
 ];
