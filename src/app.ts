@@ -39,6 +39,8 @@ declare module 'fastify' {
     clientId: string | undefined;
     /** The OAuth error code or "ok", for the access log. */
     outcome: string | undefined;
+    /** Audit fields of this request (DESIGN.md §10), carried by its access line, which then has `audit: true`. */
+    audit: Record<string, unknown> | undefined;
   }
 }
 
@@ -82,6 +84,7 @@ export async function buildApp(options: BuildAppOptions): Promise<{ app: Fastify
 
   app.decorateRequest('clientId', undefined);
   app.decorateRequest('outcome', undefined);
+  app.decorateRequest('audit', undefined);
 
   // Only form bodies are accepted (DESIGN.md §4): anything else is 415.
   app.removeAllContentTypeParsers();
@@ -100,6 +103,8 @@ export async function buildApp(options: BuildAppOptions): Promise<{ app: Fastify
       address: request.ip,
       client_id: bounded(request.clientId),
       outcome: request.outcome ?? (reply.statusCode < 400 ? 'ok' : 'error'),
+      // One line per request: an audited request's access line is its audit line.
+      ...(request.audit !== undefined && { audit: true, ...request.audit }),
     };
     if (reply.statusCode >= 500) request.log.error(line, 'request');
     else request.log.info(line, 'request');

@@ -37,7 +37,10 @@ export function tokenRoutes(ctx: AppContext, store: TokenStores): FastifyPluginA
         const handler = grants.get(grantType);
         if (handler === undefined) throw new OAuthError('unsupported_grant_type', `grant_type "${grantType}" is not supported`);
         const client = authenticateClient(presented, await claimedClient(ctx.clients, presented));
-        const body = await runGrant(handler, store, ctx.metrics, { client, params, now: ctx.now(), log: request.log });
+        const audit = (fields: Record<string, unknown>): void => {
+          request.audit = fields;
+        };
+        const body = await runGrant(handler, store, ctx.metrics, { client, params, now: ctx.now(), log: request.log, audit });
         return { body };
       }),
     );

@@ -17,6 +17,8 @@ export interface TokenRequest {
   readonly params: Params;
   readonly now: number;
   readonly log: FastifyBaseLogger;
+  /** Records the request's audit fields: its access line carries them (DESIGN.md §10). */
+  readonly audit: (fields: Record<string, unknown>) => void;
 }
 
 export interface GrantHandler<Validated> {
@@ -34,18 +36,7 @@ export async function runGrant<V>(handler: GrantHandler<V>, grants: GrantStore, 
   }
   const issued = await handler.respond(request, decision.value);
   metrics.tokensIssued.inc({ grant_type: handler.grantType });
-  request.log.info(
-    {
-      audit: true,
-      event: 'token_issued',
-      client_id: request.client.clientId,
-      grant_type: handler.grantType,
-      aud: issued.audience,
-      scope: issued.response.scope,
-      grant_id: issued.grantId,
-    },
-    'token issued',
-  );
+  request.audit({ event: 'token_issued', client_id: request.client.clientId, grant_type: handler.grantType, aud: issued.audience, scope: issued.response.scope, grant_id: issued.grantId });
   return issued.response;
 }
 
