@@ -5,22 +5,10 @@
  */
 import type { ClientRecord, Config, DynamicClientsConfig } from '../config/types.js';
 import type { RegisteredClientRecord, RegisteredClientStore } from '../store/types.js';
+import type { MetadataDocuments } from './metadata-document.js';
 
-/** A validated client ID metadata document (draft-ietf-oauth-client-id-metadata-document). */
-export interface ClientDocument {
-  readonly client_id: string;
-  readonly redirect_uris: readonly string[];
-  readonly client_name?: string;
-  readonly client_uri?: string;
-  readonly logo_uri?: string;
-  readonly scope?: string;
-  readonly grant_types?: readonly string[];
-}
-
-/** Fetches, validates and caches metadata documents (http/metadata-document.ts). */
-export interface DocumentResolver {
-  resolve(url: string): Promise<{ readonly ok: true; readonly document: ClientDocument } | { readonly ok: false; readonly reason: string }>;
-}
+/** What fetches, checks and caches client ID metadata documents (http/metadata-document.ts). */
+export type DocumentResolver = Pick<MetadataDocuments, 'resolve'>;
 
 export type ClientResolution =
   | { readonly found: true; readonly client: ClientRecord }
