@@ -37,6 +37,9 @@ const COMMON: FastifyCorsOptions = {
   strictPreflight: false,
 };
 
+const NO_CORS: FastifyCorsOptions = Object.freeze({ origin: false });
+const ANY_ORIGIN: FastifyCorsOptions = Object.freeze({ ...COMMON, origin: '*' });
+
 export function policyOf(path: string, basePath: string): CorsPolicy | undefined {
   // RFC 8414 §3.1 copies of the metadata live outside the issuer's path.
   if (path.startsWith('/.well-known/')) return 'any';
@@ -52,11 +55,13 @@ export async function registerCors(app: FastifyInstance, basePath: string, isCli
     hook: 'onRequest',
     delegator: (request: FastifyRequest, callback: (error: Error | null, options?: FastifyCorsOptions) => void) => {
       const origin = request.headers.origin;
+      // Most requests (servers, not browsers) send no Origin: answered before any path is looked at.
+      if (origin === undefined) return callback(null, NO_CORS);
       const policy = policyOf(request.url.split('?')[0] ?? '', basePath);
-      if (origin === undefined || policy === undefined) return callback(null, { origin: false });
-      if (policy === 'any') return callback(null, { ...COMMON, origin: '*' });
+      if (policy === undefined) return callback(null, NO_CORS);
+      if (policy === 'any') return callback(null, ANY_ORIGIN);
       // An origin that is not a client's gets no CORS headers at all (and its preflight finds no route).
-      return callback(null, isClientOrigin(origin) ? { ...COMMON, origin } : { origin: false });
+      return callback(null, isClientOrigin(origin) ? { ...COMMON, origin } : NO_CORS);
     },
   });
 }

@@ -50,12 +50,13 @@ export function instrumentRequests(app: FastifyInstance, metrics: Metrics): void
     buckets: BUCKETS,
     registers: [metrics.registry],
   });
-  app.addHook('onResponse', async (request, reply) => {
+  app.addHook('onResponse', (request, reply, done) => {
     const route = request.routeOptions.url ?? 'unknown';
     requests.inc({ method: request.method, route, status: String(reply.statusCode) });
     duration.observe({ route }, reply.elapsedTime / 1000);
     const outcome = request.outcome;
     if (reply.statusCode >= 400 && outcome !== undefined) metrics.oauthErrors.inc({ code: outcome.slice(0, 64) });
+    done();
   });
 }
 
