@@ -4,6 +4,8 @@
  * Dynamic clients become ClientRecords with the `dynamic_clients` block's audience, scopes and lifetimes.
  */
 import type { ClientRecord, Config, DynamicClientsConfig } from '../config/types.js';
+import { randomText } from '../crypto/random.js';
+import { parseScope } from '../policy/scope.js';
 import type { RegisteredClientRecord, RegisteredClientStore } from '../store/types.js';
 import type { MetadataDocuments } from './metadata-document.js';
 
@@ -25,9 +27,6 @@ export function isDocumentUrl(clientId: string): boolean {
   }
 }
 
-const splitScope = (scope: string | undefined): string[] | undefined =>
-  scope === undefined ? undefined : scope.split(' ').filter((value) => value.length > 0);
-
 /** The ClientRecord of a dynamic client: the block's audience and limits, its own redirect URIs and name. */
 function dynamicClient(
   dynamic: DynamicClientsConfig,
@@ -36,7 +35,8 @@ function dynamicClient(
   source: 'registration' | 'metadata-document',
   secretDigest?: string,
 ): ClientRecord {
-  const asked = splitScope(described.scope);
+  // Registration and documents were checked already; a malformed scope there would have been refused.
+  const asked = described.scope === undefined ? undefined : parseScope(described.scope);
   // A registered scope narrows what the client may ask within the block's scopes, and is its default (DESIGN.md §9).
   const scopes = asked === undefined ? dynamic.scopes : dynamic.scopes.filter((value) => asked.includes(value));
   const refreshes = described.grantTypes === undefined || described.grantTypes.includes('refresh_token');
@@ -160,5 +160,7 @@ export class ClientDirectory {
   }
 }
 
-/** Registered client ids are `dyn_` and 32 base64url characters (oauth/register.ts). */
-export const REGISTERED_ID = /^dyn_[A-Za-z0-9_-]{32}$/;
+/** Registered client ids are `dyn_` and 32 base64url characters (24 random bytes). */
+const REGISTERED_ID = /^dyn_[A-Za-z0-9_-]{32}$/;
+
+export const newRegisteredClientId = (): string => `dyn_${randomText(24)}`;

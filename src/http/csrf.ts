@@ -1,21 +1,24 @@
 /** CSRF protection for the pages' forms: a random cookie echoed in a hidden field (double submit). */
-import { randomBytes, timingSafeEqual } from 'node:crypto';
+import { timingSafeEqual } from 'node:crypto';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { digestOf } from '../crypto/digest.js';
-import { cookieName, readCookie, serializeCookie, type CookieSettings } from './cookies.js';
+import { randomText } from '../crypto/random.js';
+import { readCookie, serializeCookie, type CookieSettings } from './cookies.js';
 
 export const CSRF_COOKIE = 'pinpoint_csrf';
 
 const TOKEN_SHAPE = /^[A-Za-z0-9_-]{43}$/;
 
+/** Tokens made during a request, so a second form (or a login request) in the same answer gets the same one. */
+const issued = new WeakMap<FastifyRequest, string>();
+
 /** The token for the form about to be shown; sets the cookie when the browser has none. */
 export function csrfToken(cookies: CookieSettings, request: FastifyRequest, reply: FastifyReply): string {
-  const existing = readCookie(request.headers.cookie, cookies, CSRF_COOKIE);
+  const existing = issued.get(request) ?? readCookie(request.headers.cookie, cookies, CSRF_COOKIE);
   if (existing !== undefined && TOKEN_SHAPE.test(existing)) return existing;
-  const token = randomBytes(32).toString('base64url');
+  const token = randomText(32);
   reply.header('Set-Cookie', serializeCookie(CSRF_COOKIE, token, cookies));
-  // Later calls in the same request (a second form, a login request) see the same token.
-  request.headers.cookie = `${request.headers.cookie === undefined ? '' : `${request.headers.cookie}; `}${cookieName(cookies, CSRF_COOKIE)}=${token}`;
+  issued.set(request, token);
   return token;
 }
 

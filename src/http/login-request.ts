@@ -3,8 +3,8 @@
  * and bound to the browser that started it. /authorize and /device start one; sign-in ends by sending the
  * browser to /authorize/resume or back to /device, which continue it.
  */
-import { randomBytes } from 'node:crypto';
 import type { FastifyReply, FastifyRequest } from 'fastify';
+import { randomText } from '../crypto/random.js';
 import { OAuthError } from '../policy/oauth-error.js';
 import type { LoginPurpose, LoginRequestStore } from '../store/types.js';
 import type { CookieSettings } from './cookies.js';
@@ -34,7 +34,7 @@ export async function startLogin(
   purpose: LoginPurpose,
   page: (loginId: string) => string = start.signInPage,
 ): Promise<FastifyReply> {
-  const id = randomBytes(18).toString('base64url');
+  const id = randomText(18);
   const browser = browserBinding(start.cookies, request, reply);
   await start.store.saveLoginRequest({ id, purpose, browser, createdAt: start.now, expiresAt: start.now + LOGIN_REQUEST_LIFETIME_MS });
   return pageHeaders(reply).redirect(page(id), 303);

@@ -62,18 +62,26 @@ export function instrumentRequests(app: FastifyInstance, metrics: Metrics): void
 
 /** `store` with each method's latency recorded under its name (one wrapper, not a line in every store). */
 export function measuredStore<S extends object>(store: S, metrics: Metrics): S {
+  // Each method is wrapped once, on first use, not on every call (the store is on the /token path).
+  const wrapped = new Map<string, (...args: unknown[]) => unknown>();
   return new Proxy(store, {
     get(target, property, receiver) {
       const value: unknown = Reflect.get(target, property, receiver);
       if (typeof value !== 'function' || typeof property !== 'string') return value;
-      const histogram = metrics.storeOperations.labels({ operation: property });
-      return (...args: unknown[]) => {
-        const end = histogram.startTimer();
-        const result = (value as (...a: unknown[]) => unknown).apply(target, args);
-        if (result instanceof Promise) return result.finally(end);
-        end();
-        return result;
-      };
+      let measured = wrapped.get(property);
+      if (measured === undefined) {
+        const histogram = metrics.storeOperations.labels({ operation: property });
+        const method = value as (...a: unknown[]) => unknown;
+        measured = (...args: unknown[]) => {
+          const end = histogram.startTimer();
+          const result = method.apply(target, args);
+          if (result instanceof Promise) return result.finally(end);
+          end();
+          return result;
+        };
+        wrapped.set(property, measured);
+      }
+      return measured;
     },
   });
 }

@@ -20,10 +20,7 @@ export function toOAuthError(error: unknown, request: FastifyRequest): OAuthErro
     case 'FST_ERR_CTP_BODY_TOO_LARGE':
       return new OAuthError('invalid_request', 'the request body is larger than 64 KiB', 413);
     case 'FST_ERR_CTP_INVALID_MEDIA_TYPE':
-      // /register (RFC 7591) is the one JSON endpoint.
-      return request.url.split('?')[0]?.endsWith('/register')
-        ? new OAuthError('invalid_client_metadata', 'the body must be application/json', 415)
-        : new OAuthError('invalid_request', 'the body must be application/x-www-form-urlencoded', 415);
+      return new OAuthError('invalid_request', 'the body must be application/x-www-form-urlencoded', 415);
     case 'FST_ERR_CTP_INVALID_CONTENT_LENGTH':
     case 'FST_ERR_CTP_EMPTY_JSON_BODY':
       return new OAuthError('invalid_request', 'the request body is malformed', 400);

@@ -6,6 +6,7 @@ import { decideAuthorizeResources } from '../policy/resource.js';
 import { redirectUriMatches, type LoopbackPorts } from '../policy/redirect-uri.js';
 import { decideRequestedScope, parseScope } from '../policy/scope.js';
 import type { ClientResolution } from '../http/clients.js';
+import { bounded } from '../log.js';
 import type { PendingAuthorization } from '../store/types.js';
 
 /** A validated request is what the store keeps while the person signs in. */
@@ -25,8 +26,8 @@ export const loopbackPortsOf = (client: ClientRecord): LoopbackPorts => (client.
 
 export function validateAuthorizationRequest(
   params: Params,
-  /** The client a client_id names, resolved beforehand (dynamic clients need I/O). */
-  resolve: (clientId: string) => ClientResolution,
+  /** What the request's client_id names, resolved beforehand (dynamic clients need I/O). */
+  resolution: ClientResolution,
   issuer: string,
 ): AuthorizationValidation {
   const repeated = repeatedParameter(params, ['resource']);
@@ -34,9 +35,8 @@ export function validateAuthorizationRequest(
 
   const clientId = single(params, 'client_id');
   if (clientId === undefined) return { ok: false, page: new OAuthError('invalid_request', 'client_id is required') };
-  const resolution = resolve(clientId);
   if (!resolution.found) {
-    const shown = clientId.length > 256 ? `${clientId.slice(0, 256)}…` : clientId;
+    const shown = bounded(clientId);
     const why = resolution.reason === undefined ? `unknown client "${shown}"` : `the client "${shown}" cannot be used: ${resolution.reason}`;
     return { ok: false, page: new OAuthError('invalid_client', why) };
   }

@@ -54,18 +54,17 @@ export function authorizeRoutes(ctx: AppContext, store: AuthorizeStores): Fastif
   }
 
   async function handle(request: FastifyRequest, reply: FastifyReply, params: Params): Promise<FastifyReply> {
-    const claimedClient = params.get('client_id')?.[0];
-    const limited = tooManyFailures(ctx.failures, ctx.limits, request.ip, claimedClient, ctx.now());
+    // The client the request claims to be: for the limits, and resolved once (a repeated client_id is refused below).
+    const clientId = params.get('client_id')?.length === 1 ? single(params, 'client_id') : undefined;
+    const limited = tooManyFailures(ctx.failures, ctx.limits, request.ip, clientId, ctx.now());
     if (limited !== undefined) return sendErrorPage(reply, limited);
-    const claimed = params.get('client_id');
-    const clientId = claimed?.length === 1 ? claimed[0] : undefined;
     // A metadata document fetch is work an address makes the server do: it counts like a failure (DESIGN.md §9).
     if (clientId !== undefined && isDocumentUrl(clientId)) countAgainstAddress(ctx.failures, request.ip, ctx.now());
-    const resolution = clientId === undefined || clientId === '' ? { found: false as const } : await ctx.clients.resolve(clientId);
-    const validation = validateAuthorizationRequest(params, () => resolution, ctx.issuer);
+    const resolution = clientId === undefined ? { found: false as const } : await ctx.clients.resolve(clientId);
+    const validation = validateAuthorizationRequest(params, resolution, ctx.issuer);
     if (!validation.ok) {
       const error = 'page' in validation ? validation.page : validation.redirect.error;
-      countFailure(ctx.failures, request.ip, claimedClient, error.status, ctx.now());
+      countFailure(ctx.failures, request.ip, clientId, error.status, ctx.now());
       if ('page' in validation) return sendErrorPage(reply, validation.page);
       const { redirectUri, state } = validation.redirect;
       request.outcome = error.code;

@@ -1,9 +1,8 @@
 /** Client authentication (RFC 6749 §2.3): client_secret_basic or client_secret_post for confidential clients, client_id for public ones. */
-import { timingSafeEqual } from 'node:crypto';
 import type { ClientRecord, ResourceServerRecord } from '../config/types.js';
 import { invalidClient, invalidRequest } from '../policy/oauth-error.js';
 import { single, type Params } from '../http/params.js';
-import { sha256 } from '../crypto/digest.js';
+import { matchesDigest, sha256 } from '../crypto/digest.js';
 
 /** What a request presents, decoded once per request. */
 export interface PresentedCredentials {
@@ -56,8 +55,7 @@ function secretMatches(holder: { readonly secret?: string; readonly secretDigest
     else return false;
     secretDigests.set(holder, expected);
   }
-  const digest = sha256(presented);
-  return digest.length === expected.length && timingSafeEqual(digest, expected);
+  return matchesDigest(presented, expected);
 }
 
 /** Who may call /introspect (DESIGN.md §8): a resource server by its label, or a confidential client. */

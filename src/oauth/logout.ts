@@ -12,6 +12,7 @@ import { formTargetOf, html, pageHeaders, sendPage } from '../http/pages.js';
 import { EMPTY_PARAMS, parseParams, queryOf, repeatedParameter, single, type Params } from '../http/params.js';
 import { sendErrorPage } from '../http/render-error.js';
 import { currentSession, endSession } from '../http/session.js';
+import { bounded } from '../log.js';
 import { OAuthError } from '../policy/oauth-error.js';
 import type { SessionStore } from '../store/types.js';
 import { redirectWith } from '../http/redirects.js';
@@ -50,7 +51,7 @@ export function logoutRoutes(ctx: AppContext, store: SessionStore): FastifyPlugi
     }
     const whose = hintClient ?? clientId;
     const client = await ctx.clients.find(whose);
-    if (whose !== undefined && client === undefined) return refused(`unknown client "${whose.slice(0, 256)}"`);
+    if (whose !== undefined && client === undefined) return refused(`unknown client "${bounded(whose)}"`);
     const redirectUri = single(params, 'post_logout_redirect_uri');
     // Without a client there is no list to check the URI against: no redirect, the "signed out" page (DESIGN.md §8).
     if (redirectUri !== undefined && client !== undefined && !client.postLogoutRedirectUris.includes(redirectUri)) {

@@ -3,12 +3,13 @@
  * "open" or "token". Registered clients live in the store, so every instance knows them. A registration counts
  * against the address's limits and answers CORS from any origin (browser-based MCP clients register from a page).
  */
-import { randomBytes, timingSafeEqual } from 'node:crypto';
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import { z } from 'zod';
 import type { DynamicClientsConfig } from '../config/types.js';
 import type { AppContext } from '../context.js';
-import { digestOf, sha256 } from '../crypto/digest.js';
+import { digestOf, matchesDigest, sha256 } from '../crypto/digest.js';
+import { randomText } from '../crypto/random.js';
+import { newRegisteredClientId } from '../http/clients.js';
 import { countAgainstAddress, tooManyFailures } from '../http/failure-limit.js';
 import { sendJsonError } from '../http/render-error.js';
 import { bounded } from '../log.js';
@@ -80,7 +81,7 @@ export function registrationRoutes(ctx: AppContext, store: RegisteredClientStore
   function tokenAccepted(request: FastifyRequest): boolean {
     if (expectedToken === undefined) return true;
     const match = /^Bearer ([\x21-\x7E]+)$/i.exec(request.headers.authorization ?? '');
-    return match !== null && timingSafeEqual(sha256(match[1] as string), expectedToken);
+    return match !== null && matchesDigest(match[1] as string, expectedToken);
   }
 
   async function register(request: FastifyRequest, reply: FastifyReply, settings: DynamicClientsConfig): Promise<FastifyReply> {
@@ -103,8 +104,8 @@ export function registrationRoutes(ctx: AppContext, store: RegisteredClientStore
       if (error instanceof OAuthError) return sendJsonError(reply, error);
       throw error;
     }
-    const clientId = `dyn_${randomBytes(24).toString('base64url')}`;
-    const secret = metadata.token_endpoint_auth_method === 'none' ? undefined : randomBytes(32).toString('base64url');
+    const clientId = newRegisteredClientId();
+    const secret = metadata.token_endpoint_auth_method === 'none' ? undefined : randomText(32);
     await store.saveRegisteredClient({
       clientId,
       ...(secret !== undefined && { secretDigest: digestOf(secret) }),
@@ -128,13 +129,17 @@ export function registrationRoutes(ctx: AppContext, store: RegisteredClientStore
 
   return async (app) => {
     if (dynamic === undefined || dynamic.registration === 'off') return;
-    // RFC 7591 §3: the one JSON endpoint; the parser is scoped to this plugin.
+    // RFC 7591 §3: the one JSON endpoint. Its parsers are scoped to this plugin: JSON, and a refusal for anything else.
+    app.removeAllContentTypeParsers();
     app.addContentTypeParser('application/json', { parseAs: 'string', bodyLimit: BODY_LIMIT }, (_request, body, done) => {
       try {
         done(null, JSON.parse(body as string));
       } catch {
         done(badMetadata('the body is not valid JSON'), undefined);
       }
+    });
+    app.addContentTypeParser('*', (_request, _payload, done) => {
+      done(new OAuthError('invalid_client_metadata', 'the body must be application/json', 415), undefined);
     });
     app.post('/register', async (request, reply) => register(request, reply, dynamic));
   };
