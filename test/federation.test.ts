@@ -208,6 +208,9 @@ describe('federation: sign-in through an upstream OpenID Connect provider', () =
     const otherBrowser = new Browser();
     const elsewhere = await otherBrowser.navigate(`${pinpoint.baseUrl}/federation/upstream/callback?code=abc&state=${state}`);
     assertCleanErrorPage(elsewhere, 400);
+    // The refused answer wrote nothing: the sign-in still completes in the browser that started it.
+    const done = await upstreamSignIn(browser, started.headers.get('location') ?? '', 'frank');
+    assert.ok(new URL(done.url).searchParams.get('code'), done.url);
   });
 
   test('a response on another upstream\'s callback, or naming another issuer (RFC 9207), is refused', async () => {

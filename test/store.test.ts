@@ -1014,8 +1014,12 @@ function storeSuite(name: string, backend: () => Backend): void {
       const now = Date.now();
       const record = makeFederationState(now);
       await store.saveFederationState(record);
+      assert.deepEqual(await store.findFederationState(record.state, now), record, 'found without being taken');
+      assert.deepEqual(await store.findFederationState(record.state, now), record);
+      assert.equal(await store.findFederationState(record.state, record.expiresAt), undefined, 'not once expired');
       const takes = await Promise.all(Array.from({ length: 20 }, () => store.takeFederationState(record.state, now)));
       assert.deepEqual(takes.filter((taken) => taken !== undefined), [record]);
+      assert.equal(await store.findFederationState(record.state, now), undefined, 'gone once taken');
       assert.equal(await store.takeFederationState(randomId('state'), now), undefined);
 
       const stale = makeFederationState(now);

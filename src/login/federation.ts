@@ -173,7 +173,7 @@ export function federationRoutes(ctx: AppContext, store: FederationStores): Fast
       const pending =
         state === undefined || !STATE_PATTERN.test(state) || (params.get('state')?.length ?? 0) > 1
           ? undefined
-          : await store.takeFederationState(state, ctx.now());
+          : await store.findFederationState(state, ctx.now());
       const upstream = pending === undefined ? undefined : ctx.config.federations.get(pending.upstream);
       if (pending === undefined || upstream === undefined || !sameBrowser(ctx.cookies, request, pending.browser)) {
         return sendErrorPage(reply, expiredUpstreamSignIn());
@@ -184,6 +184,8 @@ export function federationRoutes(ctx: AppContext, store: FederationStores): Fast
         request.log.warn({ upstream: upstream.name, callback: named.slice(0, 64) }, 'upstream response meant for another upstream');
         return sendErrorPage(reply, new OAuthError('invalid_request', 'this answer does not come from the sign-in method it was sent to; start again from the application'));
       }
+      // Checked, now taken once (a refused answer above leaves the sign-in to its own browser): one answer per state.
+      if ((await store.takeFederationState(pending.state, ctx.now())) === undefined) return sendErrorPage(reply, expiredUpstreamSignIn());
 
       const upstreamError = single(params, 'error');
       if (upstreamError !== undefined) {

@@ -324,6 +324,11 @@ export class MemoryStore implements Store {
     this.#federationStates.set(record.state, Object.freeze({ ...record }));
   }
 
+  async findFederationState(state: string, now: number): Promise<FederationStateRecord | undefined> {
+    const record = this.#federationStates.get(state);
+    return record !== undefined && record.expiresAt > now ? record : undefined;
+  }
+
   async takeFederationState(state: string, now: number): Promise<FederationStateRecord | undefined> {
     const record = this.#federationStates.get(state);
     this.#federationStates.delete(state);

@@ -302,6 +302,11 @@ export class SqlStore implements Store {
     await this.#driver.write(SQL.insertFederationState, federationStateParams(record));
   }
 
+  async findFederationState(state: string, now: number): Promise<FederationStateRecord | undefined> {
+    const [row] = await this.#driver.read<FederationStateRow>(SQL.findFederationState, [state, now]);
+    return row === undefined ? undefined : federationStateFromRow(row);
+  }
+
   async takeFederationState(state: string, now: number): Promise<FederationStateRecord | undefined> {
     const [row] = (await this.#driver.write<FederationStateRow>(SQL.takeFederationState, [state])).rows;
     return row === undefined || Number(row.expires_at) <= now ? undefined : federationStateFromRow(row);

@@ -100,6 +100,7 @@ const texts = {
 
   insertFederationState:
     'INSERT INTO federation_states (state, login_id, upstream, code_verifier, nonce, browser, expires_at) VALUES ($1, $2, $3, $4, $5, $6, $7)',
+  findFederationState: 'SELECT state, login_id, upstream, code_verifier, nonce, browser, expires_at FROM federation_states WHERE state = $1 AND expires_at > $2',
   takeFederationState: 'DELETE FROM federation_states WHERE state = $1 RETURNING state, login_id, upstream, code_verifier, nonce, browser, expires_at',
 
   saveSubjectClaims: `INSERT INTO subject_claims (subject, claims, expires_at) VALUES ($1, $2, $3)

@@ -238,6 +238,8 @@ export interface FederationStateRecord {
 export interface FederationStateStore {
   saveFederationState(record: FederationStateRecord): Promise<void>;
   /** Reads and deletes atomically; undefined when unknown or expired at `now`. */
+  /** Read only: unexpired at `now`, or undefined (the callback checks it before taking it). */
+  findFederationState(state: string, now: number): Promise<FederationStateRecord | undefined>;
   takeFederationState(state: string, now: number): Promise<FederationStateRecord | undefined>;
 }
 
