@@ -4,10 +4,10 @@
  */
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { authorizeUrl, basic, exchangeCode, pkce, postToken, REDIRECT, refresh, SECRET, signInForCode, testApp } from './helpers/app.js';
+import { basic, exchangeCode, postToken, refresh, SECRET, signInForCode, testApp, webappAuthorizeUrl } from './helpers/app.js';
 
 const authorizeRequest = (): string =>
-  authorizeUrl([['response_type', 'code'], ['client_id', 'webapp'], ['redirect_uri', REDIRECT], ['scope', 'openid'], ['code_challenge', pkce().challenge], ['code_challenge_method', 'S256']]);
+  webappAuthorizeUrl();
 
 describe('what counts against an address', () => {
   test('malformed requests (a NUL byte, a body that is not a form) count: then even a good request gets 429', async () => {

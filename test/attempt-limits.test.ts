@@ -9,21 +9,14 @@ import { after, before, describe, test } from 'node:test';
 import type { FastifyInstance, LightMyRequestResponse } from 'fastify';
 import type { Store } from '../src/store/types.js';
 import { STORE_KINDS } from './helpers/databases.js';
-import { authorizeUrl, cookieJar, form, hiddenInput, PASSWORD, pkce, REDIRECT, testApp, type TestApp } from './helpers/app.js';
+import { cookieJar, form, hiddenInput, PASSWORD, type TestApp, testApp, webappAuthorizeUrl } from './helpers/app.js';
 
 const FORM = { 'content-type': 'application/x-www-form-urlencoded' };
 
 /** A sign-in form ready to post: the login id, the CSRF token and its cookie. */
 async function signInForm(app: FastifyInstance): Promise<{ login: string; csrf: string; cookies: string }> {
   const start = await app.inject({
-    url: authorizeUrl([
-      ['response_type', 'code'],
-      ['client_id', 'webapp'],
-      ['redirect_uri', REDIRECT],
-      ['scope', 'openid'],
-      ['code_challenge', pkce().challenge],
-      ['code_challenge_method', 'S256'],
-    ]),
+    url: webappAuthorizeUrl(),
   });
   const page = await app.inject({ url: String(start.headers.location), headers: { cookie: cookieJar('', start) } });
   return { login: hiddenInput(page.body, 'login'), csrf: hiddenInput(page.body, 'csrf'), cookies: cookieJar(cookieJar('', start), page) };

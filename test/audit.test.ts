@@ -2,7 +2,7 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { createLogger } from '../src/log.js';
-import { authorizeUrl, basic, cookieJar, exchangeCode, form, hiddenInput, PASSWORD, pkce, REDIRECT, refresh, SECRET, signInForCode, testApp, testConfig } from './helpers/app.js';
+import { basic, cookieJar, exchangeCode, form, hiddenInput, PASSWORD, refresh, SECRET, signInForCode, testApp, testConfig, webappAuthorizeUrl } from './helpers/app.js';
 
 describe('audit lines', () => {
   test('each event once, with who and what, never a secret', async () => {
@@ -14,7 +14,7 @@ describe('audit lines', () => {
     try {
       // A wrong password, then a sign-in, a code exchange, a refresh, a reuse, a revocation, a logout.
       const start = await t.app.inject({
-        url: authorizeUrl([['response_type', 'code'], ['client_id', 'webapp'], ['redirect_uri', REDIRECT], ['scope', 'openid'], ['code_challenge', pkce().challenge], ['code_challenge_method', 'S256']]),
+        url: webappAuthorizeUrl(),
       });
       const page = await t.app.inject({ url: String(start.headers.location), headers: { cookie: cookieJar('', start) } });
       await t.app.inject({

@@ -7,7 +7,7 @@ import { describe, test } from 'node:test';
 import { decodeJwt } from 'jose';
 import type { Config } from '../src/config/types.js';
 import { MemoryStore } from '../src/store/memory.js';
-import { AUDIENCE, authorizeUrl, cookieJar, exchangeCode, pkce, REDIRECT, refresh, signInForCode, testApp, testConfig } from './helpers/app.js';
+import { AUDIENCE, authorizeSilently, cookieJar, exchangeCode, refresh, signInForCode, testApp, testConfig } from './helpers/app.js';
 
 const API = AUDIENCE[0] as string;
 const FILES = AUDIENCE[1] as string;
@@ -42,19 +42,8 @@ describe('config changes reach live grants (DESIGN.md §6)', () => {
       const response = await refresh(after.app, refreshToken);
       assert.equal(response.statusCode, 400);
       assert.equal(response.json().error, 'invalid_grant');
-      const authorize = await after.app.inject({
-        url: authorizeUrl([
-          ['response_type', 'code'],
-          ['client_id', 'webapp'],
-          ['redirect_uri', REDIRECT],
-          ['scope', 'openid'],
-          ['code_challenge', pkce().challenge],
-          ['code_challenge_method', 'S256'],
-          ['prompt', 'none'],
-        ]),
-        headers: { cookie: cookieJar(cookies, await after.app.inject({ url: '/healthz' })) },
-      });
-      assert.equal(new URL(String(authorize.headers.location)).searchParams.get('error'), 'login_required');
+      const authorize = await authorizeSilently(after.app, cookieJar(cookies, await after.app.inject({ url: '/healthz' })));
+      assert.equal(authorize.searchParams.get('error'), 'login_required');
     } finally {
       await after.app.close();
     }

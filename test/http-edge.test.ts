@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { connect } from 'node:net';
 import { after, before, describe, test } from 'node:test';
 import { STORE_KINDS } from './helpers/databases.js';
-import { authorizeUrl, basic, cookieJar, form, hiddenInput, pkce, postToken, REDIRECT, SECRET, testApp, type TestApp } from './helpers/app.js';
+import { basic, cookieJar, form, hiddenInput, postToken, SECRET, type TestApp, testApp, webappAuthorizeUrl } from './helpers/app.js';
 
 /** Writes `bytes` on one keep-alive connection and collects everything until the server closes it; a reset rejects. */
 function exchange(port: number, bytes: Buffer): Promise<string> {
@@ -100,19 +100,10 @@ for (const kind of STORE_KINDS) describe(`a NUL byte in any parameter is invalid
     await cleanup();
   });
 
-  const authorizePairs = (extra: [string, string][]): [string, string][] => [
-    ['response_type', 'code'],
-    ['client_id', 'webapp'],
-    ['redirect_uri', REDIRECT],
-    ['scope', 'openid'],
-    ['code_challenge', pkce().challenge],
-    ['code_challenge_method', 'S256'],
-    ...extra,
-  ];
 
   test('/authorize: the error page, HTTP 400, no redirect', async () => {
     for (const extra of [[['state', 'a\0b']], [['nonce', '\0']], [['resource', 'https://api.example.org/\0']]] as [string, string][][]) {
-      const response = await t.app.inject({ url: authorizeUrl(authorizePairs(extra)) });
+      const response = await t.app.inject({ url: webappAuthorizeUrl(extra) });
       assert.equal(response.statusCode, 400, JSON.stringify(extra));
       assert.equal(response.headers.location, undefined);
       assert.match(response.body, /NUL byte/);
@@ -126,7 +117,7 @@ for (const kind of STORE_KINDS) describe(`a NUL byte in any parameter is invalid
   });
 
   test('the sign-in form: the error page, nobody signed in', async () => {
-    const start = await t.app.inject({ url: authorizeUrl(authorizePairs([])) });
+    const start = await t.app.inject({ url: webappAuthorizeUrl() });
     let cookies = cookieJar('', start);
     const page = await t.app.inject({ url: String(start.headers.location), headers: { cookie: cookies } });
     cookies = cookieJar(cookies, page);

@@ -26,6 +26,7 @@ import {
   testConfig,
   type TestApp,
   resumeAuthorization,
+  webappAuthorizeUrl,
 } from './helpers/app.js';
 
 const API = AUDIENCE[0] as string;
@@ -409,17 +410,7 @@ describe('base_url with a path (http://127.0.0.1:8080/auth)', () => {
 
     // Signed in: a second /authorize under the path goes straight back with a code.
     const again = await t.app.inject({
-      url: authorizeUrl(
-        [
-          ['response_type', 'code'],
-          ['client_id', 'webapp'],
-          ['redirect_uri', REDIRECT],
-          ['scope', 'openid'],
-          ['code_challenge', pkce().challenge],
-          ['code_challenge_method', 'S256'],
-        ],
-        BASE,
-      ),
+      url: webappAuthorizeUrl([], BASE),
       headers: { cookie: cookieJar(cookies, signedIn) },
     });
     assert.equal(again.statusCode, 303);
@@ -428,18 +419,7 @@ describe('base_url with a path (http://127.0.0.1:8080/auth)', () => {
 
   test('error redirects carry the issuer with its path', async () => {
     const response = await t.app.inject({
-      url: authorizeUrl(
-        [
-          ['response_type', 'code'],
-          ['client_id', 'webapp'],
-          ['redirect_uri', REDIRECT],
-          ['code_challenge', pkce().challenge],
-          ['code_challenge_method', 'S256'],
-          ['scope', 'openid'],
-          ['resource', 'billing'],
-        ],
-        BASE,
-      ),
+      url: webappAuthorizeUrl([['resource', 'billing']], BASE),
     });
     assert.equal(response.statusCode, 303);
     const location = new URL(String(response.headers.location));

@@ -2,16 +2,8 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import type { LightMyRequestResponse } from 'fastify';
-import { authorizeUrl, cookieJar, pkce, REDIRECT, testApp, testConfig } from './helpers/app.js';
+import { cookieJar, testApp, testConfig, webappAuthorizeUrl } from './helpers/app.js';
 
-const request = (): [string, string][] => [
-  ['response_type', 'code'],
-  ['client_id', 'webapp'],
-  ['redirect_uri', REDIRECT],
-  ['scope', 'openid'],
-  ['code_challenge', pkce().challenge],
-  ['code_challenge_method', 'S256'],
-];
 
 const setCookies = (response: LightMyRequestResponse): string[] => {
   const value = response.headers['set-cookie'];
@@ -22,7 +14,7 @@ describe('page headers', () => {
   test('the sign-in page allows forms to post only to the server and, through redirects, to the client', async () => {
     const t = await testApp();
     try {
-      const start = await t.app.inject({ url: authorizeUrl(request()) });
+      const start = await t.app.inject({ url: webappAuthorizeUrl() });
       const page = await t.app.inject({ url: String(start.headers.location), headers: { cookie: cookieJar('', start) } });
       assert.equal(page.statusCode, 200);
       assert.match(String(page.headers['content-security-policy']), /form-action 'self' http:\/\/127\.0\.0\.1:9000;/);
@@ -37,7 +29,7 @@ describe('page headers', () => {
   test('an https issuer without a path: HSTS on every answer, Secure __Host- cookies', async () => {
     const t = await testApp({ config: await testConfig({ baseUrl: 'https://auth.example.org' }) });
     try {
-      const start = await t.app.inject({ url: authorizeUrl(request()) });
+      const start = await t.app.inject({ url: webappAuthorizeUrl() });
       assert.equal(start.headers['strict-transport-security'], 'max-age=31536000');
       const cookies = setCookies(start);
       assert.ok(cookies.length > 0 && cookies.every((line) => line.startsWith('__Host-pinpoint_') && /; Secure/.test(line) && /Path=\/;/.test(line)), cookies.join(' | '));
@@ -53,7 +45,7 @@ describe('page headers', () => {
   test('an https issuer with a path: Secure cookies scoped to the path, without the __Host- prefix', async () => {
     const t = await testApp({ config: await testConfig({ baseUrl: 'https://example.org/auth', basePath: '/auth' }) });
     try {
-      const start = await t.app.inject({ url: authorizeUrl(request(), '/auth') });
+      const start = await t.app.inject({ url: webappAuthorizeUrl([], '/auth') });
       const cookies = setCookies(start);
       assert.ok(cookies.length > 0 && cookies.every((line) => line.startsWith('pinpoint_') && /Path=\/auth;/.test(line) && /; Secure/.test(line)), cookies.join(' | '));
     } finally {

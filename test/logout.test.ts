@@ -4,7 +4,7 @@ import { after, before, describe, test } from 'node:test';
 import type { FastifyInstance, LightMyRequestResponse } from 'fastify';
 import { generateKeyPair, SignJWT } from 'jose';
 import type { Config } from '../src/config/types.js';
-import { authorizeUrl, cookieJar, exchangeCode, hiddenInput, ISSUER, pkce, REDIRECT, signInForCode, testApp, testConfig, type TestApp } from './helpers/app.js';
+import { authorizeSilently, cookieJar, exchangeCode, hiddenInput, ISSUER, signInForCode, type TestApp, testApp, testConfig } from './helpers/app.js';
 
 const AFTER_LOGOUT = 'http://127.0.0.1:9000/signed-out';
 
@@ -24,21 +24,7 @@ async function signedIn(app: FastifyInstance): Promise<{ cookies: string; idToke
 }
 
 /** Whether the cookies still carry a live session: /authorize with prompt=none answers a code, or login_required. */
-async function stillSignedIn(app: FastifyInstance, cookies: string): Promise<boolean> {
-  const response = await app.inject({
-    url: authorizeUrl([
-      ['response_type', 'code'],
-      ['client_id', 'webapp'],
-      ['redirect_uri', REDIRECT],
-      ['scope', 'openid'],
-      ['code_challenge', pkce().challenge],
-      ['code_challenge_method', 'S256'],
-      ['prompt', 'none'],
-    ]),
-    headers: { cookie: cookies },
-  });
-  return new URL(String(response.headers.location)).searchParams.has('code');
-}
+const stillSignedIn = async (app: FastifyInstance, cookies: string): Promise<boolean> => (await authorizeSilently(app, cookies)).searchParams.has('code');
 
 const clearsSession = (response: LightMyRequestResponse): boolean =>
   [response.headers['set-cookie'] ?? []].flat().some((line) => /^pinpoint_session=;.*Max-Age=0/.test(line));

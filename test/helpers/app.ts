@@ -97,6 +97,20 @@ export function authorizeUrl(pairs: readonly (readonly [string, string])[], base
   return `${basePath}/authorize?${form(pairs)}`;
 }
 
+/** A valid authorization request of `webapp` (scope openid, PKCE S256), plus `extra` parameters. */
+export function webappAuthorizeUrl(extra: readonly (readonly [string, string])[] = [], basePath = ''): string {
+  return authorizeUrl(
+    [['response_type', 'code'], ['client_id', 'webapp'], ['redirect_uri', REDIRECT], ['scope', 'openid'], ['code_challenge', pkce().challenge], ['code_challenge_method', 'S256'], ...extra],
+    basePath,
+  );
+}
+
+/** /authorize with prompt=none for `webapp` with these cookies: the redirect back, with a code when the session is live. */
+export async function authorizeSilently(app: FastifyInstance, cookies: string): Promise<URL> {
+  const response = await app.inject({ url: webappAuthorizeUrl([['prompt', 'none']]), headers: { cookie: cookies } });
+  return new URL(String(response.headers.location));
+}
+
 /** The cookies a response sets, as a Cookie header value merged with the earlier ones. */
 export function cookieJar(previous: string, response: LightMyRequestResponse): string {
   const jar = new Map<string, string>();

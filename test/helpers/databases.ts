@@ -1,34 +1,19 @@
 /** Stores of every kind for tests that must hold on each (DESIGN.md §6): memory, a SQLite file, a PostgreSQL database of their own. */
-import { randomBytes } from 'node:crypto';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import pg from 'pg';
 import { MemoryStore } from '../../src/store/memory.js';
 import { openStore } from '../../src/store/open.js';
 import type { Store } from '../../src/store/types.js';
+import { createTestDatabase, type TestDatabase } from './process.js';
 
 export const POSTGRES_URL = process.env['PINPOINT_TEST_POSTGRES_URL'];
 export const POSTGRES_SKIP_REASON = 'PINPOINT_TEST_POSTGRES_URL not set: set it (e.g. postgres://postgres@127.0.0.1:5432/test) to run this on PostgreSQL';
 
-async function admin<T>(work: (client: pg.Client) => Promise<T>): Promise<T> {
-  const client = new pg.Client({ connectionString: POSTGRES_URL });
-  await client.connect();
-  try {
-    return await work(client);
-  } finally {
-    await client.end();
-  }
-}
-
-/** A new PostgreSQL database for one test file; `drop` removes it. */
-export async function createPostgresDatabase(): Promise<{ url: string; drop: () => Promise<void> }> {
+/** A new PostgreSQL database of PINPOINT_TEST_POSTGRES_URL's server for one test file; `drop` removes it. */
+export async function createPostgresDatabase(): Promise<TestDatabase> {
   if (POSTGRES_URL === undefined) throw new Error(POSTGRES_SKIP_REASON);
-  const name = `pinpoint_test_${randomBytes(6).toString('hex')}`;
-  await admin((client) => client.query(`CREATE DATABASE ${name}`));
-  const url = new URL(POSTGRES_URL);
-  url.pathname = `/${name}`;
-  return { url: url.toString(), drop: () => admin(async (client) => void (await client.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`))) };
+  return createTestDatabase(POSTGRES_URL, 'pinpoint_test');
 }
 
 export interface StoreKind {
