@@ -93,6 +93,12 @@ export function sendPage(reply: FastifyReply, status: number, title: string, bod
   return pageHeaders(reply, formTargets).code(status).send(layout(title, body));
 }
 
+/** What a client asks for, as the approval and consent pages list it. */
+export function scopeList(scope: readonly string[]): Html {
+  const items = scope.length === 0 ? html`<li>no particular scope</li>` : scope.map((value) => html`<li><code>${value}</code></li>`);
+  return html`<ul class="scopes">${items}</ul>`;
+}
+
 /** The sign-out button of Pinpoint's own pages: a POST to /logout with the CSRF token (DESIGN.md §8). */
 export function signOutForm(basePath: string, csrf: string): Html {
   return html`<form method="post" action="${basePath}/logout" class="sign-out">

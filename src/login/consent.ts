@@ -8,7 +8,7 @@ import type { ClientRecord } from '../config/types.js';
 import type { AppContext } from '../context.js';
 import { csrfToken, csrfValid, sameBrowser } from '../http/csrf.js';
 import { expiredSignIn, isLoginId } from '../http/login-request.js';
-import { formTargetOf, html, pageHeaders, sendPage, signOutForm } from '../http/pages.js';
+import { formTargetOf, html, pageHeaders, scopeList, sendPage, signOutForm } from '../http/pages.js';
 import { EMPTY_PARAMS, parseParams, queryOf, single, type Params } from '../http/params.js';
 import { errorRedirect } from '../http/redirects.js';
 import { sendErrorPage } from '../http/render-error.js';
@@ -57,7 +57,6 @@ export function consentRoutes(ctx: AppContext, store: ConsentStores): FastifyPlu
     const identity = hostOf(client.dynamic?.source === 'metadata-document' ? client.clientId : client.dynamic?.clientUri);
     const returnsTo = hostOf(authorization.redirectUri);
     const resources = authorization.resources.length > 0 ? authorization.resources : client.audience;
-    const scopes = authorization.scope.length === 0 ? html`<li>no particular scope</li>` : authorization.scope.map((scope) => html`<li><code>${scope}</code></li>`);
     const target = formTargetOf(authorization.redirectUri);
     return sendPage(
       reply,
@@ -67,7 +66,7 @@ export function consentRoutes(ctx: AppContext, store: ConsentStores): FastifyPlu
 <p><strong>${name}</strong> asks to act on your behalf.</p>
 <p class="muted">${identity === undefined ? html`It did not say where it comes from.` : html`It says it comes from <strong>${identity}</strong>.`} After your answer you go back to <strong>${returnsTo ?? authorization.redirectUri}</strong>.</p>
 <p>It asks for:</p>
-<ul class="scopes">${scopes}</ul>
+${scopeList(authorization.scope)}
 <p>for these services:</p>
 <ul class="resources">${resources.map((resource) => html`<li><code>${resource}</code></li>`)}</ul>
 <p class="muted">Signed in as ${session.claims.name ?? session.subject}.</p>

@@ -6,7 +6,7 @@ import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import type { AppContext } from '../context.js';
 import { csrfToken, csrfValid } from '../http/csrf.js';
 import { startLogin } from '../http/login-request.js';
-import { html, sendPage, signOutForm } from '../http/pages.js';
+import { html, scopeList, sendPage, signOutForm } from '../http/pages.js';
 import { EMPTY_PARAMS, parseParams, queryOf, repeatedParameter, single, type Params } from '../http/params.js';
 import { sendErrorPage } from '../http/render-error.js';
 import { currentSession } from '../http/session.js';
@@ -50,7 +50,6 @@ ${message === undefined ? html`` : html`<p class="error" role="alert">${message}
 
   function approvalPage(request: FastifyRequest, reply: FastifyReply, record: DeviceAuthorizationRecord, session: SessionRecord): FastifyReply {
     const csrf = csrfToken(ctx.cookies, request, reply);
-    const scopes = record.scope.length === 0 ? html`<li>no particular scope</li>` : record.scope.map((scope) => html`<li><code>${scope}</code></li>`);
     // RFC 8628 §5.4: the code is shown again so a person sent a link by someone else can notice.
     return sendPage(
       reply,
@@ -60,7 +59,7 @@ ${message === undefined ? html`` : html`<p class="error" role="alert">${message}
 <p><strong>${record.clientId}</strong> asks to act on your behalf.</p>
 <p class="muted">Only continue if your device shows the code <code>${formatUserCode(record.userCode)}</code>.</p>
 <p>It asks for:</p>
-<ul class="scopes">${scopes}</ul>
+${scopeList(record.scope)}
 <p class="muted">Signed in as ${session.claims.name ?? session.subject}.</p>
 <form method="post" action="${action}">
 <input type="hidden" name="csrf" value="${csrf}">
