@@ -111,16 +111,40 @@ async function importStoredKey(stored: StoredKey): Promise<SigningKey> {
   return { kid: stored.kid, alg: stored.alg, privateKey, publicKey, publicJwk };
 }
 
+/** The keys in use at `now`: every live key imported (once: `imported` keeps them across reloads), the signing ones picked. */
+async function keysInUse(stored: readonly StoredKey[], now: number, leadMs: number, imported: Map<string, SigningKey>): Promise<SigningKeys> {
+  const states = keyStates(stored, now, leadMs);
+  const live = stored.filter((key) => states.get(key.kid) !== 'retired');
+  const keys = await Promise.all(
+    live.map(async (key) => {
+      let signingKey = imported.get(key.kid);
+      if (signingKey === undefined) imported.set(key.kid, (signingKey = await importStoredKey(key)));
+      return signingKey;
+    }),
+  );
+  const signing = (alg: SigningAlgorithm): SigningKey => {
+    const key = keys.find((candidate) => candidate.alg === alg && states.get(candidate.kid) === 'signing');
+    if (key === undefined) throw new Error(`no ${alg} signing key in the store`);
+    return key;
+  };
+  return {
+    accessToken: signing('ES256'),
+    idToken: signing('RS256'),
+    byKid: new Map(keys.map((key) => [key.kid, key])),
+    jwks: { keys: keys.map((key) => key.publicJwk) },
+  };
+}
+
 /** The keys an instance uses now, re-read from the store on a timer; `current` is swapped whole, never mutated. */
 export class KeyRing {
   #current: SigningKeys;
-  readonly #imported = new Map<string, SigningKey>();
   #timer: NodeJS.Timeout | undefined;
 
   private constructor(
     private readonly store: KeyStore,
     private readonly timing: KeyTiming,
     private readonly clock: () => number,
+    private readonly imported: Map<string, SigningKey>,
     current: SigningKeys,
   ) {
     this.#current = current;
@@ -133,9 +157,8 @@ export class KeyRing {
     const now = clock();
     const candidates = await Promise.all(SIGNING_ALGORITHMS.map((alg) => newStoredKey(alg, now)));
     const stored = await store.loadOrCreateKeys(candidates);
-    const ring = new KeyRing(store, timing, clock, undefined as unknown as SigningKeys);
-    ring.#current = await ring.#build(stored, now);
-    return ring;
+    const imported = new Map<string, SigningKey>();
+    return new KeyRing(store, timing, clock, imported, await keysInUse(stored, now, timing.leadMs, imported));
   }
 
   get current(): SigningKeys {
@@ -150,7 +173,7 @@ export class KeyRing {
   async reload(): Promise<KeyChange> {
     const now = this.clock();
     const before = this.#current;
-    this.#current = await this.#build(await this.store.listKeys(), now);
+    this.#current = await keysInUse(await this.store.listKeys(), now, this.timing.leadMs, this.imported);
     const kids = (keys: SigningKeys): Set<string> => new Set(keys.byKid.keys());
     const [was, is] = [kids(before), kids(this.#current)];
     return {
@@ -174,28 +197,6 @@ export class KeyRing {
     clearInterval(this.#timer);
   }
 
-  async #build(stored: readonly StoredKey[], now: number): Promise<SigningKeys> {
-    const states = keyStates(stored, now, this.timing.leadMs);
-    const live = stored.filter((key) => states.get(key.kid) !== 'retired');
-    const keys = await Promise.all(
-      live.map(async (key) => {
-        let imported = this.#imported.get(key.kid);
-        if (imported === undefined) this.#imported.set(key.kid, (imported = await importStoredKey(key)));
-        return imported;
-      }),
-    );
-    const signing = (alg: SigningAlgorithm): SigningKey => {
-      const key = keys.find((candidate) => candidate.alg === alg && states.get(candidate.kid) === 'signing');
-      if (key === undefined) throw new Error(`no ${alg} signing key in the store`);
-      return key;
-    };
-    return {
-      accessToken: signing('ES256'),
-      idToken: signing('RS256'),
-      byKid: new Map(keys.map((key) => [key.kid, key])),
-      jwks: { keys: keys.map((key) => key.publicJwk) },
-    };
-  }
 }
 
 /** Loads the keys once (tests and tools that need no reloading). */
