@@ -6,9 +6,9 @@ import type { Logger } from 'pino';
 import { makeContext, type AppContext, type AppLimits } from './context.js';
 import type { Config } from './config/types.js';
 import { clientErrorHandler, isApiPath } from './http/client-error.js';
-import { registerCors } from './http/cors.js';
+import { corsHook } from './http/cors.js';
 import { ClientDirectory, type DocumentResolver } from './http/clients.js';
-import { createMetrics, instrumentRequests, measuredStore, type Metrics } from './http/metrics.js';
+import { createMetrics, measuredStore, requestRecorder, type Metrics } from './http/metrics.js';
 import { proxyTrust, REQUEST_ID_SHAPE } from './http/proxies.js';
 import { countFailure } from './http/failure-limit.js';
 import { LIMITS, parseParams } from './http/params.js';
@@ -92,9 +92,11 @@ export async function buildApp(options: BuildAppOptions): Promise<{ app: Fastify
   // The body is a Params map; formbody types it as a record, hence the cast.
   await app.register(formbody, { parser: parseParams as unknown as (text: string) => Record<string, unknown>, bodyLimit: LIMITS.bodyBytes });
 
-  // One access-log line per request, with chosen fields only (DESIGN.md §10): never a query string, header or body,
-  // and a value taken from the request at most 256 characters long.
+  const recordRequest = requestRecorder(ctx.metrics);
+  // One onResponse hook: the request metrics, then one access-log line per request, with chosen fields only
+  // (DESIGN.md §10): never a query string, header or body, and a value taken from the request at most 256 characters long.
   app.addHook('onResponse', (request, reply, done) => {
+    recordRequest(request, reply);
     const line = {
       method: request.method,
       path: bounded(request.url.split('?')[0]),
@@ -111,14 +113,18 @@ export async function buildApp(options: BuildAppOptions): Promise<{ app: Fastify
     else request.log.info(line, 'request');
     done();
   });
-  // Every answer names its request, so an operator can find its log lines (DESIGN.md §10).
-  // Callback style: a hook on every request, without a promise per request.
+  // One onRequest hook, callback style (no promise per request): every answer names its request, so an operator can
+  // find its log lines (DESIGN.md §10), and CORS runs for the requests that carry an Origin (http/cors.ts).
+  const cors = await corsHook(app, options.config.basePath, (origin) => ctx.clients.isClientOrigin(origin));
   app.addHook('onRequest', (request, reply, done) => {
     reply.header('X-Request-Id', request.id);
-    done();
+    // What @fastify/cors sends without an Origin: the answer differs by Origin, so caches must key on it.
+    if (request.headers.origin === undefined) {
+      reply.header('Vary', 'Origin');
+      done();
+    } else cors(request, reply, done);
   });
 
-  instrumentRequests(app, ctx.metrics);
 
   // RFC 6797: an https issuer tells browsers to use nothing else for a year.
   if (options.config.baseUrl.startsWith('https:')) {
@@ -142,7 +148,6 @@ export async function buildApp(options: BuildAppOptions): Promise<{ app: Fastify
     return sendJsonError(reply, notFound);
   });
 
-  await registerCors(app, ctx.config.basePath, (origin) => ctx.clients.isClientOrigin(origin));
   // RFC 8414 §3.1 copies of the metadata live outside the prefix.
   await app.register(wellKnownAtRoot(ctx));
   await app.register(

@@ -3,7 +3,7 @@
  * origins of clients' redirect URIs (no credentials mode); /authorize and the pages for none.
  */
 import cors, { type FastifyCorsOptions } from '@fastify/cors';
-import type { FastifyInstance, FastifyRequest } from 'fastify';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 
 declare module 'fastify' {
   interface FastifyContextConfig {
@@ -49,19 +49,41 @@ export function policyOf(path: string, basePath: string): CorsPolicy | undefined
   return POLICIES[rest];
 }
 
-/** Registers CORS for the whole server; `isClientOrigin` is asked on every request, so the set may grow (dynamic clients). */
-export async function registerCors(app: FastifyInstance, basePath: string, isClientOrigin: (origin: string) => boolean): Promise<void> {
-  await app.register(cors, {
+type OnRequestHook = (request: FastifyRequest, reply: FastifyReply, done: (error?: Error) => void) => void;
+
+/**
+ * @fastify/cors with our per-path policy (the delegator), returned as its onRequest hook for buildApp to call only for
+ * requests that carry an Origin: browsers send one on every cross-origin request and preflight, while servers calling
+ * /token send none and would pay the library's per-request option building (about 3 µs) for nothing. The plugin is
+ * registered on a facade that hands its hook back instead of adding it; its OPTIONS route and request decorator go to
+ * `app` as usual. `isClientOrigin` is asked on every request, so the set may grow (dynamic clients).
+ */
+export async function corsHook(app: FastifyInstance, basePath: string, isClientOrigin: (origin: string) => boolean): Promise<OnRequestHook> {
+  let hook: OnRequestHook | undefined;
+  const facade = {
+    decorateRequest: app.decorateRequest.bind(app),
+    options: app.options.bind(app),
+    addHook(name: string, added: OnRequestHook) {
+      if (name !== 'onRequest') throw new Error(`@fastify/cors added a ${name} hook; expected onRequest`);
+      hook = added;
+    },
+  } as unknown as FastifyInstance;
+  const options: FastifyCorsOptions = {
     hook: 'onRequest',
     delegator: (request: FastifyRequest, callback: (error: Error | null, options?: FastifyCorsOptions) => void) => {
-      const origin = request.headers.origin;
-      // Most requests (servers, not browsers) send no Origin: answered before any path is looked at.
-      if (origin === undefined) return callback(null, NO_CORS);
       const policy = policyOf(request.url.split('?')[0] ?? '', basePath);
-      if (policy === undefined) return callback(null, NO_CORS);
+      const origin = request.headers.origin;
+      if (policy === undefined || origin === undefined) return callback(null, NO_CORS);
       if (policy === 'any') return callback(null, ANY_ORIGIN);
       // An origin that is not a client's gets no CORS headers at all (and its preflight finds no route).
       return callback(null, isClientOrigin(origin) ? { ...COMMON, origin } : NO_CORS);
     },
+  };
+  await new Promise<void>((resolve, reject) => {
+    (cors as unknown as (instance: FastifyInstance, opts: FastifyCorsOptions, next: (error?: Error) => void) => void)(facade, options, (error) =>
+      error === undefined || error === null ? resolve() : reject(error),
+    );
   });
+  if (hook === undefined) throw new Error('@fastify/cors added no onRequest hook');
+  return hook;
 }

@@ -3,7 +3,7 @@
  * the `metrics.listen` address only, never on the main listener (server.ts).
  */
 import { createServer, type Server } from 'node:http';
-import type { FastifyInstance } from 'fastify';
+import type { FastifyReply, FastifyRequest } from 'fastify';
 import { Counter, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 
 export interface Metrics {
@@ -35,8 +35,11 @@ export function createMetrics(options: { processMetrics: boolean }): Metrics {
   };
 }
 
+/** What the access hook records of one answered request. */
+export type RequestRecorder = (request: FastifyRequest, reply: FastifyReply) => void;
+
 /** Requests by route and status, and a duration histogram per route; the route is the pattern, so labels stay few. */
-export function instrumentRequests(app: FastifyInstance, metrics: Metrics): void {
+export function requestRecorder(metrics: Metrics): RequestRecorder {
   const requests = new Counter({
     name: 'pinpoint_http_requests_total',
     help: 'HTTP requests, by route and status',
@@ -50,14 +53,13 @@ export function instrumentRequests(app: FastifyInstance, metrics: Metrics): void
     buckets: BUCKETS,
     registers: [metrics.registry],
   });
-  app.addHook('onResponse', (request, reply, done) => {
+  return (request, reply) => {
     const route = request.routeOptions.url ?? 'unknown';
     requests.inc({ method: request.method, route, status: String(reply.statusCode) });
     duration.observe({ route }, reply.elapsedTime / 1000);
     const outcome = request.outcome;
     if (reply.statusCode >= 400 && outcome !== undefined) metrics.oauthErrors.inc({ code: outcome.slice(0, 64) });
-    done();
-  });
+  };
 }
 
 /** `store` with each method's latency recorded under its name (one wrapper, not a line in every store). */
