@@ -1,4 +1,4 @@
-/** DESIGN.md §2: `pinpoint serve` prints its start line and every warning at once, not when the log buffer fills. */
+/** DESIGN.md §2, §10: `pinpoint serve` prints its start line, every warning and each access line at once, not when the log buffer fills. */
 import assert from 'node:assert/strict';
 import { chmod, readFile } from 'node:fs/promises';
 import { join } from 'node:path';
@@ -34,5 +34,15 @@ describe('pinpoint serve at start', () => {
       `the warning is printed at once:\n${server.output}`,
     );
     assert.equal(server.hasExited, false);
+  });
+
+  test('the access line of a lone request is written within a second, not when the log buffer fills', async () => {
+    assert.ok(server, 'the server of the test before');
+    const before = server.logs.length;
+    const response = await fetch(`${deployment?.baseUrl}/healthz`);
+    assert.equal(response.status, 200);
+    const isLine = (record: Record<string, unknown>): boolean => record.msg === 'request' && record.path === '/healthz';
+    for (let i = 0; i < 50 && !server.logs.slice(before).some(isLine); i++) await sleep(20);
+    assert.ok(server.logs.slice(before).some(isLine), `the access line is written while no other request comes:\n${server.output}`);
   });
 });
