@@ -209,6 +209,24 @@ describe('CORS', () => {
     }
   });
 
+  test('a request without Origin (a server, not a browser) gets no CORS headers, and Vary: Origin for caches', async () => {
+    for (const url of ['/jwks', '/.well-known/openid-configuration']) {
+      const response = await t.app.inject({ url });
+      assert.equal(response.statusCode, 200);
+      assert.equal(response.headers['access-control-allow-origin'], undefined, url);
+      assert.match(String(response.headers.vary), /Origin/i, url);
+    }
+    const token = await t.app.inject({
+      method: 'POST',
+      url: '/token',
+      headers: { 'content-type': 'application/x-www-form-urlencoded', authorization: basic('service', SECRET) },
+      payload: 'grant_type=client_credentials',
+    });
+    assert.equal(token.statusCode, 200);
+    assert.equal(token.headers['access-control-allow-origin'], undefined);
+    assert.equal(token.headers['access-control-expose-headers'], undefined);
+  });
+
   test('/authorize and the pages answer no CORS request', async () => {
     const response = await t.app.inject({ url: '/authorize?client_id=webapp', headers: { origin: CLIENT_ORIGIN } });
     assert.equal(response.headers['access-control-allow-origin'], undefined);
