@@ -31,7 +31,11 @@ export function signJwt(key: SigningKey, typ: TokenType, claims: Readonly<Record
  * `iss`, `exp` and `iat`. Rejects with a jose error otherwise.
  */
 export async function verifyAccessToken(keys: SigningKeys, token: string, issuer: string, now: number): Promise<JWTPayload> {
-  const { payload } = await jwtVerify(
+  return (await verifyWithKid(keys, token, issuer, now)).payload;
+}
+
+async function verifyWithKid(keys: SigningKeys, token: string, issuer: string, now: number): Promise<{ payload: JWTPayload; kid: string }> {
+  const { payload, protectedHeader } = await jwtVerify(
     token,
     (header) => {
       const key = header.kid === undefined ? undefined : keys.byKid.get(header.kid);
@@ -40,7 +44,33 @@ export async function verifyAccessToken(keys: SigningKeys, token: string, issuer
     },
     { issuer, typ: 'at+jwt', algorithms: ['ES256'], currentDate: new Date(now) },
   );
-  return payload;
+  return { payload, kid: protectedHeader.kid as string };
+}
+
+/**
+ * Access tokens jose has verified, remembered by value: a resource server that introspects a token on each of its
+ * calls pays one signature check per token, not one per call. An entry counts only while its key is still published
+ * and the token unexpired (jose's own rule: `exp` after the current second); only verified tokens get in, and at most
+ * `capacity` of them (the oldest leave first), so what an attacker sends cannot grow it.
+ */
+export class VerifiedAccessTokens {
+  readonly #entries = new Map<string, { readonly payload: JWTPayload; readonly kid: string }>();
+
+  constructor(private readonly capacity: number) {}
+
+  /** The token's claims, verified now or remembered; rejects as verifyAccessToken does. */
+  async verify(keys: SigningKeys, token: string, issuer: string, now: number): Promise<JWTPayload> {
+    const remembered = this.#entries.get(token);
+    if (remembered !== undefined) {
+      const { payload, kid } = remembered;
+      if (keys.byKid.has(kid) && typeof payload.exp === 'number' && payload.exp > Math.floor(now / 1000)) return payload;
+      this.#entries.delete(token);
+    }
+    const verified = await verifyWithKid(keys, token, issuer, now);
+    if (this.#entries.size >= this.capacity) this.#entries.delete(this.#entries.keys().next().value as string);
+    this.#entries.set(token, { payload: Object.freeze(verified.payload), kid: verified.kid });
+    return verified.payload;
+  }
 }
 
 /**

@@ -196,7 +196,6 @@ export class KeyRing {
   stop(): void {
     clearInterval(this.#timer);
   }
-
 }
 
 /** Loads the keys once (tests and tools that need no reloading). */

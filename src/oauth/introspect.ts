@@ -1,13 +1,14 @@
 /**
  * POST /introspect (RFC 7662, DESIGN.md §8). A resource server learns about an access token only when its label is
  * in the token's `aud` (a token narrowed to another server is inactive for it); a client only about its own tokens;
- * a resource server never about refresh tokens. An access token costs a jose verification and one lookup of its
- * grant by key (a revoked grant's tokens are inactive at once, on every instance sharing the store).
+ * a resource server never about refresh tokens. An access token costs a jose verification (once per token: see
+ * VerifiedAccessTokens) and one lookup of its grant by key (a revoked grant's tokens are inactive at once, on every
+ * instance sharing the store).
  */
 import type { FastifyPluginAsync } from 'fastify';
 import type { JWTPayload } from 'jose';
 import type { AppContext } from '../context.js';
-import { verifyAccessToken } from '../crypto/jwt.js';
+import { VerifiedAccessTokens } from '../crypto/jwt.js';
 import { refreshTokenKey } from '../crypto/refresh-token.js';
 import { single } from '../http/params.js';
 import { invalidRequest } from '../policy/oauth-error.js';
@@ -21,14 +22,19 @@ export type IntrospectionStores = GrantStore & RefreshTokenStore & RevokedTokenS
 
 const INACTIVE = Object.freeze({ active: false });
 
+/** Verified access tokens remembered for repeated introspection: about 1 KiB each, so at most about 10 MB. */
+const REMEMBERED_TOKENS = 10_000;
+
 /** A compact JWS has two dots; our refresh tokens have one. */
 const looksLikeJwt = (token: string): boolean => token.split('.').length === 3;
 
 export function introspectionRoutes(ctx: AppContext, store: IntrospectionStores): FastifyPluginAsync {
+  const verified = new VerifiedAccessTokens(REMEMBERED_TOKENS);
+
   async function accessToken(caller: IntrospectionCaller, token: string): Promise<Record<string, unknown>> {
     let payload: JWTPayload;
     try {
-      payload = await verifyAccessToken(ctx.keys, token, ctx.issuer, ctx.now());
+      payload = await verified.verify(ctx.keys, token, ctx.issuer, ctx.now());
     } catch {
       return INACTIVE;
     }
