@@ -25,7 +25,8 @@ export const subjectOf = (index: number): string => `${UPSTREAM}:user-${index}`;
 export const SEEDED_CODE_LIFETIME_MS = 30 * 60_000;
 export const BASIC_AUTH = `Basic ${Buffer.from(`${CLIENT_ID}:${CLIENT_SECRET}`).toString('base64')}`;
 
-export type PoolKind = 'refresh' | 'code';
+/** What a pool line holds: a refresh token, "code verifier", or an access token to introspect (reused, not spent). */
+export type PoolKind = 'refresh' | 'code' | 'access';
 
 /** A request over IPC carries an id; the reply echoes it. */
 export interface RpcRequest {

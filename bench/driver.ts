@@ -12,11 +12,13 @@ import { API, BASIC_AUTH, jwtPayload, REDIRECT_URI, serveRpc } from './common.js
 export type BodySpec =
   | { readonly kind: 'static'; readonly text: string }
   | { readonly kind: 'refresh'; readonly pool: string }
-  | { readonly kind: 'code'; readonly pool: string };
+  | { readonly kind: 'code'; readonly pool: string }
+  /** token=<a line of the pool>, the lines taken in turn over and over (introspection spends nothing). */
+  | { readonly kind: 'introspect'; readonly pool: string };
 
 export interface Expectation {
-  /** "token": an OAuth token response; "plain": any JSON (the bare floor route). */
-  readonly shape: 'token' | 'plain';
+  /** "token": an OAuth token response; "active": an introspection answer with active true; "plain": any JSON (the bare floor route). */
+  readonly shape: 'token' | 'active' | 'plain';
   readonly aud?: string | readonly string[];
   readonly refreshToken?: boolean;
   /** The first access token of each run is verified against this server's /jwks (signature, typ at+jwt, iss). */
@@ -84,6 +86,15 @@ function take(poolName: string): string | undefined {
   return item;
 }
 
+/** The pool's lines in turn, starting over at the end: for pools whose lines are not spent by use. */
+function cycle(poolName: string): string | undefined {
+  const pool = pools.get(poolName);
+  if (pool === undefined || pool.items.length === 0) return undefined;
+  const item = pool.items[pool.next % pool.items.length] as string;
+  pool.next += 1;
+  return item;
+}
+
 function sameAudience(actual: unknown, expected: string | readonly string[]): boolean {
   if (typeof expected === 'string') return actual === expected;
   return Array.isArray(actual) && actual.length === expected.length && expected.every((entry, i) => actual[i] === entry);
@@ -98,6 +109,7 @@ function problemWith(body: string, expect: Expectation): string | undefined {
     return `not JSON: ${body.slice(0, 80)}`;
   }
   if (expect.shape === 'plain') return undefined;
+  if (expect.shape === 'active') return parsed.active === true ? undefined : `active ${String(parsed.active)}`;
   if (parsed.token_type !== 'Bearer') return `token_type ${String(parsed.token_type)}`;
   if (typeof parsed.access_token !== 'string') return 'no access_token';
   if (expect.aud !== undefined) {
@@ -113,6 +125,7 @@ function problemWith(body: string, expect: Expectation): string | undefined {
 /** The check every response gets: the body has the fields the case expects (problemWith parses and decodes). */
 function quickProblem(body: string, expect: Expectation): string | undefined {
   if (expect.shape === 'plain') return body.startsWith('{') ? undefined : `not JSON: ${body.slice(0, 80)}`;
+  if (expect.shape === 'active') return body.includes('"active":true') ? undefined : 'not active';
   if (!body.startsWith('{"access_token":"') && !body.includes('"access_token":"')) return 'no access_token';
   if (!body.includes('"token_type":"Bearer"')) return 'token_type is not Bearer';
   if (expect.refreshToken !== undefined && body.includes('"refresh_token":"') !== expect.refreshToken) {
@@ -152,6 +165,11 @@ async function run(spec: RunSpec): Promise<RunResult> {
         const [code, verifier] = (take(spec.body.pool) ?? '').split(' ');
         if (code === undefined || verifier === undefined) runDry();
         return `grant_type=authorization_code&code=${code ?? 'spent'}&redirect_uri=${ENCODED_REDIRECT}&code_verifier=${verifier ?? 'spent'}&resource=${ENCODED_API}`;
+      }
+      case 'introspect': {
+        const token = cycle(spec.body.pool);
+        if (token === undefined) runDry();
+        return `token=${token ?? 'none'}&token_type_hint=access_token`;
       }
     }
   };

@@ -1,7 +1,8 @@
 /**
  * oidc-provider configured like Pinpoint for the benchmark: resource indicators on, ES256 JWT access tokens
  * for the resource servers of the client's audience, one confidential client (client_secret_basic),
- * refresh-token rotation on, its own in-memory adapter. Grants, refresh tokens and codes are created on
+ * refresh-token rotation on, its own in-memory adapter, introspection on (for opaque access tokens to FILES, the one
+ * format it can introspect: it stores a JWT access token under its jti, not its value). Grants, refresh tokens and codes are created on
  * request through its models (Grant, RefreshToken, AuthorizationCode), as its grant handlers would.
  */
 import { createServer } from 'node:http';
@@ -12,7 +13,9 @@ import LRU from 'oidc-provider/lib/helpers/lru.js';
 import {
   API,
   AUDIENCE,
+  BASIC_AUTH,
   CLIENT_ID,
+  FILES,
   CLIENT_SECRET,
   freePort,
   REDIRECT_URI,
@@ -80,6 +83,7 @@ const provider = new Provider(issuer, {
   features: {
     devInteractions: { enabled: false },
     clientCredentials: { enabled: true },
+    introspection: { enabled: true },
     resourceIndicators: {
       enabled: true,
       // client_credentials names no resource at Pinpoint either; here it gets the first resource server.
@@ -88,6 +92,8 @@ const provider = new Provider(issuer, {
       useGrantedResource: async () => true,
       getResourceServerInfo: async (_ctx: unknown, resource: string) => {
         if (!AUDIENCE.includes(resource)) throw new Error(`unknown resource ${resource}`);
+        // FILES gets opaque tokens, the ones the introspection case asks about; no other case asks for FILES.
+        if (resource === FILES) return { scope: SCOPE, accessTokenTTL: 3600, accessTokenFormat: 'opaque' };
         return { scope: SCOPE, accessTokenTTL: 3600, accessTokenFormat: 'jwt', jwt: { sign: { alg: 'ES256' } } };
       },
     },
@@ -150,11 +156,31 @@ async function seedCodes(count: number): Promise<string[]> {
   return lines;
 }
 
+/** Opaque access tokens for FILES as the client gets them, one refresh-token exchange each at its own /token. */
+async function seedAccessTokens(count: number): Promise<string[]> {
+  const refreshTokens = await seedRefreshTokens(count);
+  const tokens: string[] = [];
+  for (let done = 0; done < refreshTokens.length; done += 16) {
+    const batch = refreshTokens.slice(done, done + 16).map(async (refreshToken) => {
+      const response = await fetch(`${issuer}/token`, {
+        method: 'POST',
+        headers: { authorization: BASIC_AUTH, 'content-type': 'application/x-www-form-urlencoded' },
+        body: `grant_type=refresh_token&refresh_token=${encodeURIComponent(refreshToken)}&resource=${encodeURIComponent(FILES)}`,
+      });
+      const body = await response.text();
+      if (response.status !== 200) throw new Error(`seeding an access token: ${response.status} ${body}`);
+      return (JSON.parse(body) as { access_token: string }).access_token;
+    });
+    tokens.push(...(await Promise.all(batch)));
+  }
+  return tokens;
+}
+
 const server = createServer(provider.callback());
 
 serveRpc({
   ...profilerCommands(),
-  ...serverCommands({ refresh: seedRefreshTokens, code: seedCodes }),
+  ...serverCommands({ refresh: seedRefreshTokens, code: seedCodes, access: seedAccessTokens }),
   async stop() {
     server.closeAllConnections();
     await new Promise<void>((resolve) => server.close(() => resolve()));

@@ -12,7 +12,9 @@ import { fileURLToPath } from 'node:url';
 import type { ClientRecord, Config, StateConfig } from '../src/config/types.js';
 import type { AuthorizationCodeRecord, Grant, Store } from '../src/store/types.js';
 import {
+  API,
   AUDIENCE,
+  BASIC_AUTH,
   CLIENT_ID,
   CLIENT_SECRET,
   freePort,
@@ -179,9 +181,30 @@ async function seedCodes(count: number): Promise<string[]> {
   });
 }
 
+/** Access tokens for API as a client gets them, one refresh-token exchange each (so each names a live grant). */
+async function seedAccessTokens(count: number): Promise<string[]> {
+  const refreshTokens = await seedRefreshTokens(count);
+  const tokens: string[] = [];
+  // 16 exchanges in flight, through the app's own /token (inject: no socket needed to make the pool).
+  for (let done = 0; done < refreshTokens.length; done += 16) {
+    const batch = refreshTokens.slice(done, done + 16).map(async (refreshToken) => {
+      const response = await app.inject({
+        method: 'POST',
+        url: '/token',
+        headers: { authorization: BASIC_AUTH, 'content-type': 'application/x-www-form-urlencoded' },
+        payload: `grant_type=refresh_token&refresh_token=${encodeURIComponent(refreshToken)}&resource=${encodeURIComponent(API)}`,
+      });
+      if (response.statusCode !== 200) throw new Error(`seeding an access token: ${response.statusCode} ${response.body}`);
+      return (response.json() as { access_token: string }).access_token;
+    });
+    tokens.push(...(await Promise.all(batch)));
+  }
+  return tokens;
+}
+
 serveRpc({
   ...profilerCommands(),
-  ...serverCommands({ refresh: seedRefreshTokens, code: seedCodes }),
+  ...serverCommands({ refresh: seedRefreshTokens, code: seedCodes, access: seedAccessTokens }),
   /** The module that signs this server's JWTs (bench/legacy-signing.ts may have put another in place) and, for that one, how many it signed. */
   async signing() {
     const url = import.meta.resolve(JWT_MODULE);

@@ -3,7 +3,7 @@ import { spawnSync } from 'node:child_process';
 import { readFile, writeFile } from 'node:fs/promises';
 import { cpus, loadavg, release, totalmem, type } from 'node:os';
 
-export const CASES = ['client_credentials', 'refresh_token+resource', 'authorization_code+resource'] as const;
+export const CASES = ['client_credentials', 'refresh_token+resource', 'authorization_code+resource', 'introspection'] as const;
 export type CaseName = (typeof CASES)[number];
 
 export interface Row {
@@ -115,6 +115,15 @@ const JOSE_COST =
   'bench/legacy-jwt.ts in place of dist/crypto/jwt.js (the compact JWS built by hand and signed synchronously by node:crypto, ' +
   'as before 9fbb4d6), client_credentials at c=16, both on SQLite, interleaved in the same run.';
 
+/** What `ratio introspection` compares, in one sentence. */
+const INTROSPECTION =
+  'introspection: each server is asked about access tokens it issued for one resource server from refresh-token ' +
+  'exchanges (so each names a live grant), by the confidential client that holds them (HTTP Basic): Pinpoint at ' +
+  '/introspect about its JWT access tokens (jose verification, remembered per token while its key is published and it ' +
+  'is unexpired, plus one lookup of the grant on every call), oidc-provider at /token/introspection about its opaque ' +
+  'access tokens (it finds only those: a JWT access token is stored under its jti, not its value), each token from a pool ' +
+  'of 2,000 introspected over and over, as a resource server introspects the token of each call it receives.';
+
 /** The PostgreSQL scale line (exact form, for scripts). */
 function postgresLines(postgres: PostgresResult): string[] {
   const prefix = 'scale postgres 2 instances';
@@ -185,7 +194,7 @@ export function evaluateTargets(rows: readonly Row[], scaleRows: readonly Row[],
     const peer = find(rows, caseName, other);
     return pinpoint === undefined || peer === undefined ? Number.NaN : pinpoint.rate / peer.rate;
   };
-  for (const caseName of ['refresh_token+resource', 'authorization_code+resource', 'client_credentials'] as const) {
+  for (const caseName of ['refresh_token+resource', 'authorization_code+resource', 'client_credentials', 'introspection'] as const) {
     const value = ratio(caseName, PEER);
     targets.push({ name: `${caseName} >= 2.0x oidc-provider`, met: value >= 2, detail: `${fixed(value, 2)}x at c=16` });
   }
@@ -295,6 +304,8 @@ export async function writeResults(
     '```',
     '',
     JOSE_COST,
+    '',
+    INTROSPECTION,
     '',
     '## Targets',
     '',

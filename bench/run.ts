@@ -15,6 +15,9 @@
  *   npm run bench -- --variant FILE   also run "pinpoint variant": SQLite through the SqliteStore FILE exports, interleaved
  *                                     with the others, to measure a store change before making it in src/; no RESULTS.md
  *
+ * The introspection case asks each server about access tokens it issued (a pool of them, introspected in turn over and
+ * over, as resource servers do): see INTROSPECTION in report.ts for what each side introspects.
+ *
  * Two lines compare Pinpoint with itself. "jose cost": client_credentials at c=16 also runs a second Pinpoint whose
  * dist/crypto/jwt.js is replaced by bench/legacy-jwt.ts (the previous node:crypto signing) through a resolution hook
  * loaded into that process only (bench/legacy-signing.ts). "scale postgres": refresh on one PostgreSQL database with
@@ -76,6 +79,8 @@ const timing = smoke
       },
     };
 const SCALE = smoke ? { small: 10_000, large: 20_000 } : { small: 10_000, large: 1_000_000 };
+/** Access tokens per server for the introspection case: introspected in turn, over and over (none is spent). */
+const ACCESS_POOL = smoke ? 200 : 2000;
 /** Refresh on PostgreSQL: total connections, split evenly over the instances. */
 const POSTGRES_CONNECTIONS = 16;
 
@@ -191,6 +196,7 @@ async function ensurePool(leg: Leg, key: string, connections: number, seconds: n
   const pool = leg.pool;
   // Pre-seeded pools were sized from the measured refresh rate; running dry shows up as errors.
   if (pool === undefined || pool.preseeded) return;
+  if (pool.kind === 'access') return seedOnce(leg.server, pool.name);
   // The case's own rate once measured (its warm-up); before that, the leg's expected rate or the server's best at
   // this concurrency (client_credentials runs first and is the fastest case). Cold (smoke mode), first rates say little.
   const measured = caseRate.get(`${group}|${key}`);
@@ -204,6 +210,18 @@ async function ensurePool(leg: Leg, key: string, connections: number, seconds: n
   await leg.server.peer.call('seed', { kind: pool.kind, count: spare * need - remaining, file });
   await driver.call('pool', { name: pool.name, file });
   await unlink(file);
+}
+
+const seededAccessPools = new Set<string>();
+
+/** The introspection pool of `server`: ACCESS_POOL access tokens it issued, made once (introspection spends none). */
+async function seedOnce(server: Server, name: string): Promise<void> {
+  if (seededAccessPools.has(name)) return;
+  const file = join(temp, `pool-${(poolFiles += 1)}.txt`);
+  await server.peer.call('seed', { kind: 'access', count: ACCESS_POOL, file });
+  await driver.call('pool', { name, file });
+  await unlink(file);
+  seededAccessPools.add(name);
 }
 
 interface Tally {
@@ -415,6 +433,11 @@ function legFor(caseName: CaseName, server: Server, poolName?: string): Leg {
     case 'authorization_code+resource': {
       const name = poolName ?? `${server.name}:code`;
       return { server, path: '/token', body: { kind: 'code', pool: name }, expect: { shape: 'token', aud: API, refreshToken: true, issuer: server.issuer }, pool: { kind: 'code', name, preseeded: false } };
+    }
+    case 'introspection': {
+      const name = poolName ?? `${server.name}:access`;
+      // oidc-provider answers introspection at its default path.
+      return { server, path: oidc ? '/token/introspection' : '/introspect', body: { kind: 'introspect', pool: name }, expect: { shape: 'active' }, pool: { kind: 'access', name, preseeded: false } };
     }
   }
 }

@@ -2,7 +2,7 @@
 import { writeFile } from 'node:fs/promises';
 import type { PoolKind, RpcRequest } from './common.js';
 
-/** Makes `count` lines of a pool: one refresh token, or "code verifier", a line. */
+/** Makes `count` lines of a pool: one refresh token, "code verifier" or access token a line. */
 export type Seeder = (count: number) => Promise<string[]>;
 
 /** `seed` writes a pool file with the server's own seeders and says how long it took; `memory` reports this process's usage. */
@@ -12,7 +12,7 @@ export function serverCommands(seeders: Readonly<Record<PoolKind, Seeder>>): Rec
       const kind = request.kind as PoolKind;
       const count = request.count as number;
       const started = performance.now();
-      const lines = kind === 'refresh' ? await seeders.refresh(count) : await seeders.code(count);
+      const lines = await seeders[kind](count);
       await writeFile(request.file as string, `${lines.join('\n')}\n`);
       return { count: lines.length, ms: performance.now() - started };
     },
