@@ -216,12 +216,7 @@ describe('CORS', () => {
       assert.equal(response.headers['access-control-allow-origin'], undefined, url);
       assert.match(String(response.headers.vary), /Origin/i, url);
     }
-    const token = await t.app.inject({
-      method: 'POST',
-      url: '/token',
-      headers: { 'content-type': 'application/x-www-form-urlencoded', authorization: basic('service', SECRET) },
-      payload: 'grant_type=client_credentials',
-    });
+    const token = await postToken(t.app, [['grant_type', 'client_credentials']], basic('service', SECRET));
     assert.equal(token.statusCode, 200);
     assert.equal(token.headers['access-control-allow-origin'], undefined);
     assert.equal(token.headers['access-control-expose-headers'], undefined);
