@@ -76,6 +76,13 @@ export function jwtPayload(jwt: string): Record<string, unknown> {
   return JSON.parse(Buffer.from(part, 'base64url').toString('utf8')) as Record<string, unknown>;
 }
 
+/** `map` of every item, `size` of them in flight at a time, answers in the items' order. */
+export async function mapInBatches<T, R>(items: readonly T[], size: number, map: (item: T) => Promise<R>): Promise<R[]> {
+  const results: R[] = [];
+  for (let done = 0; done < items.length; done += size) results.push(...(await Promise.all(items.slice(done, done + size).map(map))));
+  return results;
+}
+
 /** The same items in random order (Fisher-Yates), in place. */
 export function shuffled<T>(items: T[]): T[] {
   for (let i = items.length - 1; i > 0; i -= 1) {

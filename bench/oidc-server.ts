@@ -18,6 +18,7 @@ import {
   FILES,
   CLIENT_SECRET,
   freePort,
+  mapInBatches,
   REDIRECT_URI,
   REFRESH_LIFETIME_MS,
   SCOPE,
@@ -158,22 +159,16 @@ async function seedCodes(count: number): Promise<string[]> {
 
 /** Opaque access tokens for FILES as the client gets them, one refresh-token exchange each at its own /token. */
 async function seedAccessTokens(count: number): Promise<string[]> {
-  const refreshTokens = await seedRefreshTokens(count);
-  const tokens: string[] = [];
-  for (let done = 0; done < refreshTokens.length; done += 16) {
-    const batch = refreshTokens.slice(done, done + 16).map(async (refreshToken) => {
-      const response = await fetch(`${issuer}/token`, {
-        method: 'POST',
-        headers: { authorization: BASIC_AUTH, 'content-type': 'application/x-www-form-urlencoded' },
-        body: `grant_type=refresh_token&refresh_token=${encodeURIComponent(refreshToken)}&resource=${encodeURIComponent(FILES)}`,
-      });
-      const body = await response.text();
-      if (response.status !== 200) throw new Error(`seeding an access token: ${response.status} ${body}`);
-      return (JSON.parse(body) as { access_token: string }).access_token;
+  return mapInBatches(await seedRefreshTokens(count), 16, async (refreshToken) => {
+    const response = await fetch(`${issuer}/token`, {
+      method: 'POST',
+      headers: { authorization: BASIC_AUTH, 'content-type': 'application/x-www-form-urlencoded' },
+      body: `grant_type=refresh_token&refresh_token=${encodeURIComponent(refreshToken)}&resource=${encodeURIComponent(FILES)}`,
     });
-    tokens.push(...(await Promise.all(batch)));
-  }
-  return tokens;
+    const body = await response.text();
+    if (response.status !== 200) throw new Error(`seeding an access token: ${response.status} ${body}`);
+    return (JSON.parse(body) as { access_token: string }).access_token;
+  });
 }
 
 const server = createServer(provider.callback());

@@ -18,6 +18,7 @@ import {
   CLIENT_ID,
   CLIENT_SECRET,
   freePort,
+  mapInBatches,
   REDIRECT_URI,
   REFRESH_LIFETIME_MS,
   SCOPE,
@@ -183,23 +184,17 @@ async function seedCodes(count: number): Promise<string[]> {
 
 /** Access tokens for API as a client gets them, one refresh-token exchange each (so each names a live grant). */
 async function seedAccessTokens(count: number): Promise<string[]> {
-  const refreshTokens = await seedRefreshTokens(count);
-  const tokens: string[] = [];
   // 16 exchanges in flight, through the app's own /token (inject: no socket needed to make the pool).
-  for (let done = 0; done < refreshTokens.length; done += 16) {
-    const batch = refreshTokens.slice(done, done + 16).map(async (refreshToken) => {
-      const response = await app.inject({
-        method: 'POST',
-        url: '/token',
-        headers: { authorization: BASIC_AUTH, 'content-type': 'application/x-www-form-urlencoded' },
-        payload: `grant_type=refresh_token&refresh_token=${encodeURIComponent(refreshToken)}&resource=${encodeURIComponent(API)}`,
-      });
-      if (response.statusCode !== 200) throw new Error(`seeding an access token: ${response.statusCode} ${response.body}`);
-      return (response.json() as { access_token: string }).access_token;
+  return mapInBatches(await seedRefreshTokens(count), 16, async (refreshToken) => {
+    const response = await app.inject({
+      method: 'POST',
+      url: '/token',
+      headers: { authorization: BASIC_AUTH, 'content-type': 'application/x-www-form-urlencoded' },
+      payload: `grant_type=refresh_token&refresh_token=${encodeURIComponent(refreshToken)}&resource=${encodeURIComponent(API)}`,
     });
-    tokens.push(...(await Promise.all(batch)));
-  }
-  return tokens;
+    if (response.statusCode !== 200) throw new Error(`seeding an access token: ${response.statusCode} ${response.body}`);
+    return (response.json() as { access_token: string }).access_token;
+  });
 }
 
 serveRpc({
