@@ -502,6 +502,18 @@ function storeSuite(name: string, backend: () => Backend): void {
       const beyond = makeRefresh(grant, now + GRANT_EXPIRY_SLACK_MS * 2);
       assert.equal(await store.rotateRefreshToken(withinSlack.digest, beyond, now + 3000), true);
       assert.equal(await expiryOf(beyond, now + 3000), beyond.expiresAt + GRANT_EXPIRY_SLACK_MS);
+
+      // With the grant's expiry as the caller read it: the same outcomes (the row's statement is skipped when it already outlives the token).
+      const known = (await expiryOf(beyond, now + 3500)) as number;
+      const inside = makeRefresh(grant, now + 4000);
+      assert.equal(await store.rotateRefreshToken(beyond.digest, inside, now + 4000, known), true);
+      assert.equal(await expiryOf(inside, now + 4000), known, 'a grant that outlives the token is left alone');
+      const further = makeRefresh(grant, now + GRANT_EXPIRY_SLACK_MS * 4);
+      assert.equal(await store.rotateRefreshToken(inside.digest, further, now + 4500, known), true);
+      assert.equal(await expiryOf(further, now + 4500), further.expiresAt + GRANT_EXPIRY_SLACK_MS, 'one that does not is extended');
+      const stale = makeRefresh(grant, now + 5000);
+      assert.equal(await store.rotateRefreshToken(further.digest, stale, now + 5000, known), true);
+      assert.equal(await expiryOf(stale, now + 5000), further.expiresAt + GRANT_EXPIRY_SLACK_MS, 'an older reading never shortens it');
     });
 
     it('rotates a refresh token: the old one reads rotated, the new one active, the grant outliving both', async () => {

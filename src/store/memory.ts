@@ -5,6 +5,7 @@ import {
   grantKeptUntil,
   grantLives,
   grantMatches,
+  mayNeedExtension,
   oldestGrantFirst,
   oldestKeyFirst,
   type GrantExtension,
@@ -176,7 +177,8 @@ export class MemoryStore implements Store {
     entry.used = true;
     if (firstRefresh !== undefined) this.#insertRefreshToken(firstRefresh);
     // After the refresh token's extension, as the SQL stores do: the grant lives until the later of the two.
-    this.#extendGrant(entry.record.grantId, grantKeptUntil(grantUntil));
+    const kept = grantKeptUntil(grantUntil);
+    if (mayNeedExtension(firstRefresh?.expiresAt, kept)) this.#extendGrant(entry.record.grantId, kept);
     return true;
   }
 
@@ -189,10 +191,11 @@ export class MemoryStore implements Store {
     return { status: 'active', token: entry.record, grant };
   }
 
-  /** Adds an active token and extends its grant to outlive it (rules.ts). */
-  #insertRefreshToken(token: RefreshTokenRecord): void {
+  /** Adds an active token and extends its grant to outlive it (rules.ts), unless the grant's known expiry already does. */
+  #insertRefreshToken(token: RefreshTokenRecord, grantExpiresAt?: number): void {
     this.#refreshTokens.set(token.digest, { record: Object.freeze({ ...token }), status: 'active' });
-    this.#extendGrant(token.grantId, grantExtension(token));
+    const extension = grantExtension(token);
+    if (mayNeedExtension(grantExpiresAt, extension)) this.#extendGrant(token.grantId, extension);
   }
 
   #extendGrant(grantId: string, extension: GrantExtension): void {
@@ -202,13 +205,13 @@ export class MemoryStore implements Store {
     if (expiresAt !== grant.expiresAt) this.#grants.set(grant.id, Object.freeze({ ...grant, expiresAt }));
   }
 
-  async rotateRefreshToken(oldDigest: string, next: RefreshTokenRecord, now: number): Promise<boolean> {
+  async rotateRefreshToken(oldDigest: string, next: RefreshTokenRecord, now: number, grantExpiresAt?: number): Promise<boolean> {
     const old = this.#refreshTokens.get(oldDigest);
     if (old === undefined || old.record.grantId !== next.grantId || old.status !== 'active' || old.record.expiresAt <= now) return false;
     if (this.#refreshTokens.has(next.digest)) throw new Error('refresh token digest already exists');
     old.status = 'rotated';
     old.rotatedAt = now;
-    this.#insertRefreshToken(next);
+    this.#insertRefreshToken(next, grantExpiresAt);
     return true;
   }
 

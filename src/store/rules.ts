@@ -19,6 +19,13 @@ export const grantExtension = (token: RefreshTokenRecord): GrantExtension => ({
   expiresAt: token.expiresAt + GRANT_EXPIRY_SLACK_MS,
 });
 
+/**
+ * Whether a grant whose expiry was read as `knownExpiresAt` (undefined: not read) may still need `extension`. An
+ * expiry only grows until the grant is deleted, so one that already reached `before` needs no write.
+ */
+export const mayNeedExtension = (knownExpiresAt: number | undefined, extension: GrantExtension): boolean =>
+  knownExpiresAt === undefined || knownExpiresAt < extension.before;
+
 /** A code exchange keeps its grant at least until its access token expires, so /introspect finds it (DESIGN.md §8). */
 export const grantKeptUntil = (grantUntil: number): GrantExtension => ({ before: grantUntil, expiresAt: grantUntil });
 

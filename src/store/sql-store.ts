@@ -34,7 +34,7 @@ import {
   type RegisteredClientRow,
   type SessionRow,
 } from './rows.js';
-import { DEVICE_EXPIRY_SLACK_MS, grantExtension, grantKeptUntil, oldestGrantFirst, oldestKeyFirst } from './rules.js';
+import { DEVICE_EXPIRY_SLACK_MS, grantExtension, grantKeptUntil, mayNeedExtension, oldestGrantFirst, oldestKeyFirst } from './rules.js';
 import { grantQueries, REVOKE_BATCH, SQL, SWEEP_BATCH, type Statement } from './sql.js';
 import type {
   AuthorizationCodeRecord,
@@ -57,12 +57,12 @@ import type {
 
 const step = (statement: Statement, values: readonly unknown[], guard = false): Step => ({ statement, values, guard });
 
-/** Adds `token` and extends its grant to outlive it (rules.ts). */
-function addRefreshToken(token: RefreshTokenRecord): Step[] {
+/** Adds `token` and extends its grant to outlive it (rules.ts), unless the grant's known expiry already does. */
+function addRefreshToken(token: RefreshTokenRecord, grantExpiresAt?: number): Step[] {
   const extension = grantExtension(token);
   return [
     step(SQL.insertRefreshToken, refreshTokenParams(token)),
-    step(SQL.extendGrant, [token.grantId, extension.expiresAt, extension.before]),
+    ...(mayNeedExtension(grantExpiresAt, extension) ? [step(SQL.extendGrant, [token.grantId, extension.expiresAt, extension.before])] : []),
   ];
 }
 
@@ -189,12 +189,13 @@ export class SqlStore implements Store {
 
   async consumeCode(digest: string, now: number, grantUntil: number, firstRefresh?: RefreshTokenRecord): Promise<boolean> {
     const kept = grantKeptUntil(grantUntil);
-    // After the refresh token's extension, so the grant lives until the later of the two.
+    // After the refresh token's extension, so the grant lives until the later of the two; none when that extension
+    // (the grant then outlives the token) already keeps it long enough.
     return this.#holds({
       steps: [
         step(SQL.consumeCode, [digest, now], true),
         ...(firstRefresh === undefined ? [] : addRefreshToken(firstRefresh)),
-        step(SQL.extendGrantOfCode, [digest, kept.expiresAt, kept.before]),
+        ...(mayNeedExtension(firstRefresh?.expiresAt, kept) ? [step(SQL.extendGrantOfCode, [digest, kept.expiresAt, kept.before])] : []),
       ],
     });
   }
@@ -204,9 +205,9 @@ export class SqlStore implements Store {
     return refreshLookupFromRow(row, now);
   }
 
-  async rotateRefreshToken(oldDigest: string, next: RefreshTokenRecord, now: number): Promise<boolean> {
+  async rotateRefreshToken(oldDigest: string, next: RefreshTokenRecord, now: number, grantExpiresAt?: number): Promise<boolean> {
     // Nothing else is written when the old token was not active (RFC 9700 §4.14.2 reuse).
-    return this.#holds({ steps: [step(SQL.markRotated, [next.grantId, oldDigest, now], true), ...addRefreshToken(next)] });
+    return this.#holds({ steps: [step(SQL.markRotated, [next.grantId, oldDigest, now], true), ...addRefreshToken(next, grantExpiresAt)] });
   }
 
   async addRefreshToken(token: RefreshTokenRecord, now: number): Promise<boolean> {

@@ -117,9 +117,10 @@ export interface RefreshTokenStore {
   /**
    * One transaction: marks the token `oldDigest` of grant next.grantId rotated if it is still active and adds
    * `next`, extending the grant's expiry as addRefreshToken does. False (and nothing written) when the old token
-   * was no longer active.
+   * was no longer active. `grantExpiresAt`, the grant's expiry as the caller read it, spares the grant's row a
+   * statement when it already outlives `next` (rules.ts mayNeedExtension).
    */
-  rotateRefreshToken(oldDigest: string, next: RefreshTokenRecord, now: number): Promise<boolean>;
+  rotateRefreshToken(oldDigest: string, next: RefreshTokenRecord, now: number, grantExpiresAt?: number): Promise<boolean>;
   /**
    * Adds a sibling refresh token to a live grant, extending it as a rotation does (the reuse grace of DESIGN.md §6:
    * a just-rotated token presented again gets a fresh token of the same grant). False, nothing written, when the

@@ -56,7 +56,7 @@ export function refreshTokenGrant(ctx: AppContext, store: RefreshTokenStore & Gr
     async respond(request, { rotate, grant, scope, audience, lifetimeMs }) {
       const { client, now } = request;
       const next = newRefreshToken(grant.id, now, lifetimeMs);
-      let stored = rotate === undefined ? await store.addRefreshToken(next.record, now) : await store.rotateRefreshToken(rotate, next.record, now);
+      let stored = rotate === undefined ? await store.addRefreshToken(next.record, now) : await store.rotateRefreshToken(rotate, next.record, now, grant.expiresAt);
       // Lost a race with a parallel refresh of the same token, which rotated it just now: within a grace that is the
       // case the grace exists for (a sibling of the same grant); without one it is reuse (DESIGN.md §6).
       if (!stored && rotate !== undefined && client.refreshReuseGraceMs > 0) stored = await store.addRefreshToken(next.record, now);
