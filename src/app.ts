@@ -125,7 +125,6 @@ export async function buildApp(options: BuildAppOptions): Promise<{ app: Fastify
     } else cors(request, reply, done);
   });
 
-
   // RFC 6797: an https issuer tells browsers to use nothing else for a year.
   if (options.config.baseUrl.startsWith('https:')) {
     app.addHook('onSend', async (_request, reply) => {
