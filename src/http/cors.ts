@@ -64,7 +64,8 @@ export async function corsHook(app: FastifyInstance, basePath: string, isClientO
     decorateRequest: app.decorateRequest.bind(app),
     options: app.options.bind(app),
     addHook(name: string, added: OnRequestHook) {
-      if (name !== 'onRequest') throw new Error(`@fastify/cors added a ${name} hook; expected onRequest`);
+      // buildApp calls it with `done`: a library version with another kind of hook fails here, at start, not by hanging requests.
+      if (name !== 'onRequest' || added.length !== 3) throw new Error(`@fastify/cors added a ${name} hook of ${added.length} parameters; expected onRequest (request, reply, done)`);
       hook = added;
     },
   } as unknown as FastifyInstance;
