@@ -17,6 +17,11 @@ export interface Script {
   readonly steps: readonly Step[];
   /** Runs as if no other script of this kind were running, also in other processes (key creation). */
   readonly alone?: boolean;
+  /**
+   * The same change as one statement (sql.ts atOnce, guarded: one row answered when it held), for a driver that pays
+   * a round trip per statement (PostgreSQL); the script then answers that one count. SQLite runs the steps.
+   */
+  readonly atOnce?: Step;
 }
 
 export interface Written<R> {

@@ -135,9 +135,10 @@ class PostgresDriver implements Driver {
     return { changes: result.rowCount ?? 0, rows: result.rows };
   }
 
-  async script({ steps, alone = false }: Script): Promise<readonly number[] | undefined> {
-    const [only] = steps;
-    if (steps.length === 1 && only !== undefined && !alone) {
+  async script({ steps, alone = false, atOnce }: Script): Promise<readonly number[] | undefined> {
+    // One statement is a transaction by itself: one round trip instead of BEGIN, each step and COMMIT.
+    const only = atOnce ?? (steps.length === 1 ? steps[0] : undefined);
+    if (only !== undefined && !alone) {
       const { changes } = await this.write(only.statement, only.values);
       return guardHolds(only, changes) ? [changes] : undefined;
     }

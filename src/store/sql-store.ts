@@ -34,7 +34,7 @@ import {
   type RegisteredClientRow,
   type SessionRow,
 } from './rows.js';
-import { DEVICE_EXPIRY_SLACK_MS, grantExtension, grantKeptUntil, mayNeedExtension, oldestGrantFirst, oldestKeyFirst } from './rules.js';
+import { DEVICE_EXPIRY_SLACK_MS, grantExtension, type GrantExtension, grantKeptUntil, mayNeedExtension, oldestGrantFirst, oldestKeyFirst } from './rules.js';
 import { grantQueries, REVOKE_BATCH, SQL, SWEEP_BATCH, type Statement } from './sql.js';
 import type {
   AuthorizationCodeRecord,
@@ -64,6 +64,20 @@ function addRefreshToken(token: RefreshTokenRecord, grantExpiresAt?: number): St
     step(SQL.insertRefreshToken, refreshTokenParams(token)),
     ...(mayNeedExtension(grantExpiresAt, extension) ? [step(SQL.extendGrant, [token.grantId, extension.expiresAt, extension.before])] : []),
   ];
+}
+
+/**
+ * consumeCode as one statement (sql.ts atOnce) when it changes the grant's row at most once: with both the first
+ * refresh token's extension and `kept` due (a refresh token living shorter than the access token), none.
+ */
+function consumeCodeAtOnce(digest: string, now: number, firstRefresh: RefreshTokenRecord | undefined, kept: GrantExtension | undefined): Step | undefined {
+  const consumed = [digest, now];
+  // Without either, the script is the consuming step alone: one statement already.
+  if (firstRefresh === undefined) return kept === undefined ? undefined : step(SQL.consumeCodeExtendingAtOnce, [...consumed, kept.expiresAt, kept.before], true);
+  if (kept !== undefined) return undefined;
+  // The first refresh token of a grant always extends it (its expiry is not known here).
+  const extension = grantExtension(firstRefresh);
+  return step(SQL.consumeCodeWithTokenExtendingAtOnce, [...consumed, ...refreshTokenParams(firstRefresh), extension.expiresAt, extension.before], true);
 }
 
 /** Deletes the grants `ids` (at most REVOKE_BATCH) with their codes and refresh tokens; the grants step comes first. */
@@ -189,15 +203,15 @@ export class SqlStore implements Store {
 
   async consumeCode(digest: string, now: number, grantUntil: number, firstRefresh?: RefreshTokenRecord): Promise<boolean> {
     const kept = grantKeptUntil(grantUntil);
+    const keep = mayNeedExtension(firstRefresh?.expiresAt, kept);
     // After the refresh token's extension, so the grant lives until the later of the two; none when that extension
     // (the grant then outlives the token) already keeps it long enough.
-    return this.#holds({
-      steps: [
-        step(SQL.consumeCode, [digest, now], true),
-        ...(firstRefresh === undefined ? [] : addRefreshToken(firstRefresh)),
-        ...(mayNeedExtension(firstRefresh?.expiresAt, kept) ? [step(SQL.extendGrantOfCode, [digest, kept.expiresAt, kept.before])] : []),
-      ],
-    });
+    const steps = [
+      step(SQL.consumeCode, [digest, now], true),
+      ...(firstRefresh === undefined ? [] : addRefreshToken(firstRefresh)),
+      ...(keep ? [step(SQL.extendGrantOfCode, [digest, kept.expiresAt, kept.before])] : []),
+    ];
+    return this.#holds({ steps, atOnce: consumeCodeAtOnce(digest, now, firstRefresh, keep ? kept : undefined) });
   }
 
   async findRefreshToken(grantId: string, digest: string, now: number): Promise<RefreshLookup> {
@@ -207,7 +221,12 @@ export class SqlStore implements Store {
 
   async rotateRefreshToken(oldDigest: string, next: RefreshTokenRecord, now: number, grantExpiresAt?: number): Promise<boolean> {
     // Nothing else is written when the old token was not active (RFC 9700 §4.14.2 reuse).
-    return this.#holds({ steps: [step(SQL.markRotated, [next.grantId, oldDigest, now], true), ...addRefreshToken(next, grantExpiresAt)] });
+    const rotated = [next.grantId, oldDigest, now];
+    const extension = grantExtension(next);
+    const atOnce = mayNeedExtension(grantExpiresAt, extension)
+      ? step(SQL.rotateExtendingAtOnce, [...rotated, ...refreshTokenParams(next), extension.expiresAt, extension.before], true)
+      : step(SQL.rotateAtOnce, [...rotated, ...refreshTokenParams(next)], true);
+    return this.#holds({ steps: [step(SQL.markRotated, rotated, true), ...addRefreshToken(next, grantExpiresAt)], atOnce });
   }
 
   async addRefreshToken(token: RefreshTokenRecord, now: number): Promise<boolean> {

@@ -31,6 +31,37 @@ export const REVOKE_BATCH = 100;
 /** `$1, $2, ... $REVOKE_BATCH`: the ids of one revocation batch, padded with NULL (which matches nothing). */
 const GRANT_ID_LIST = Array.from({ length: REVOKE_BATCH }, (_, i) => `$${i + 1}`).join(', ');
 
+/** Extends grant `id` to `expiresAt` when it expires before `before` (rules.ts): never shortens it. */
+const extendGrantWhere = (id: string, expiresAt: string, before: string): string =>
+  `UPDATE grants SET expires_at = ${expiresAt} WHERE id = ${id} AND expires_at < ${before}`;
+
+/** A new active refresh token; INSERT ... SELECT, so a data-modifying CTE can make it depend on its guard (atOnce). */
+const insertRefreshTokenAs = (grantId: string, digest: string, issuedAt: string, expiresAt: string, from = ''): string =>
+  `INSERT INTO refresh_tokens (grant_id, digest, issued_at, expires_at, status)
+    SELECT ${grantId}, ${digest}, CAST(${issuedAt} AS BIGINT), CAST(${expiresAt} AS BIGINT), 'active'${from}`;
+
+// $1 code, $2 now. A concurrent exchange of the same code waits for the row lock, then finds the code used.
+const CONSUME_CODE = 'UPDATE authorization_codes SET used = TRUE WHERE digest = $1 AND used = FALSE AND expires_at > $2';
+// $1 grant, $2 digest, $3 now.
+const MARK_ROTATED =
+  "UPDATE refresh_tokens SET status = 'rotated', rotated_at = $3 WHERE grant_id = $1 AND digest = $2 AND status = 'active' AND expires_at > $3";
+
+/**
+ * PostgreSQL pays a round trip per statement, so a hot script (guard, new refresh token, grant extension) runs there as
+ * one statement: a data-modifying CTE of the same statements (SQLite has none, and runs the steps in-process). The
+ * guard (its 2 or 3 parameters first) must return `grant_id`; the rest change something only when it changed its row,
+ * and the answer has one row exactly then. Then the token's 4 parameters, then the extension's 2. Each sub-statement
+ * changes another row, as a CTE needs (one row changed twice in one statement is undefined in PostgreSQL).
+ */
+function atOnce(guard: string, guardParameters: number, then: { readonly token: boolean; readonly extension: boolean }): string {
+  let next = guardParameters;
+  const parameter = (): string => `$${(next += 1)}`;
+  const parts = [`guarded AS (${guard} RETURNING grant_id)`];
+  if (then.token) parts.push(`added AS (${insertRefreshTokenAs(parameter(), parameter(), parameter(), parameter(), ' FROM guarded')})`);
+  if (then.extension) parts.push(`extended AS (${extendGrantWhere('(SELECT grant_id FROM guarded)', parameter(), parameter())})`);
+  return `WITH ${parts.join(', ')} SELECT grant_id FROM guarded`;
+}
+
 const texts = {
   ping: 'SELECT 1',
 
@@ -44,9 +75,9 @@ const texts = {
   insertGrant:
     'INSERT INTO grants (id, client_id, subject, scope, resources, claims, auth_time, created_at, expires_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)',
   // rules.ts grantExtension: $1 grant, $2 new expiry, $3 the expiry it must be before.
-  extendGrant: 'UPDATE grants SET expires_at = $2 WHERE id = $1 AND expires_at < $3',
+  extendGrant: extendGrantWhere('$1', '$2', '$3'),
   // rules.ts grantKeptUntil: $1 the code, $2 new expiry, $3 the expiry it must be before.
-  extendGrantOfCode: 'UPDATE grants SET expires_at = $2 WHERE id = (SELECT grant_id FROM authorization_codes WHERE digest = $1) AND expires_at < $3',
+  extendGrantOfCode: extendGrantWhere('(SELECT grant_id FROM authorization_codes WHERE digest = $1)', '$2', '$3'),
   // The guard of a sibling refresh token (addRefreshToken): it changes the grant's row whenever the grant lives (rules.ts
   // grantLives, $4 now), extending it as extendGrant does, so its row lock orders it against a concurrent revocation,
   // which deletes that row first: one that committed leaves no row to change, one still running waits for this.
@@ -69,15 +100,14 @@ const texts = {
       c.code_challenge, c.nonce, c.expires_at AS code_expires_at, c.used, ${GRANT_COLUMNS}
     FROM authorization_codes c LEFT JOIN grants g ON g.id = c.grant_id WHERE c.digest = $1`,
   // A concurrent exchange of the same code waits for the row lock, then finds the code used.
-  consumeCode: 'UPDATE authorization_codes SET used = TRUE WHERE digest = $1 AND used = FALSE AND expires_at > $2',
+  consumeCode: CONSUME_CODE,
 
   findRefreshToken: `SELECT r.digest AS token_digest, r.grant_id AS token_grant_id, r.issued_at, r.expires_at AS token_expires_at,
       r.status, r.rotated_at, ${GRANT_COLUMNS}
     FROM refresh_tokens r LEFT JOIN grants g ON g.id = r.grant_id WHERE r.grant_id = $1 AND r.digest = $2`,
-  insertRefreshToken: "INSERT INTO refresh_tokens (grant_id, digest, issued_at, expires_at, status) VALUES ($1, $2, $3, $4, 'active')",
+  insertRefreshToken: insertRefreshTokenAs('$1', '$2', '$3', '$4'),
   // A concurrent rotation of the same token waits for the row lock, then finds it no longer active.
-  markRotated:
-    "UPDATE refresh_tokens SET status = 'rotated', rotated_at = $3 WHERE grant_id = $1 AND digest = $2 AND status = 'active' AND expires_at > $3",
+  markRotated: MARK_ROTATED,
 
   releaseUserCode: 'DELETE FROM device_authorizations WHERE user_code = $1 AND expires_at <= $2',
   insertDevice: `INSERT INTO device_authorizations (${DEVICE_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`,
@@ -155,6 +185,12 @@ const texts = {
   sweepFederationStates: sweepBatch('federation_states', 'state', 'expires_at < $1'),
   sweepSubjectClaims: sweepBatch('subject_claims', 'subject', 'expires_at < $1'),
   sweepAttempts: sweepBatch('attempts', 'attempt_key', 'window_ends_at <= $1'),
+
+  // PostgreSQL only (atOnce): rotation ($1 grant, $2 old digest, $3 now) and code exchange ($1 code, $2 now).
+  rotateAtOnce: atOnce(MARK_ROTATED, 3, { token: true, extension: false }),
+  rotateExtendingAtOnce: atOnce(MARK_ROTATED, 3, { token: true, extension: true }),
+  consumeCodeExtendingAtOnce: atOnce(CONSUME_CODE, 2, { token: false, extension: true }),
+  consumeCodeWithTokenExtendingAtOnce: atOnce(CONSUME_CODE, 2, { token: true, extension: true }),
 };
 
 const named = <T extends Record<string, string>>(prefix: string, statements: T): { readonly [K in keyof T]: Statement } =>
