@@ -14,7 +14,9 @@ const SWEEP_INTERVAL_MS = 60_000;
 
 export async function serve(config: Config, warnings: readonly string[]): Promise<void> {
   const logger = createLogger(config.logLevel);
-  for (const warning of warnings) logger.warn(warning);
+  // DESIGN.md §2: the start line and the warnings are printed whatever log_level says, short of "silent".
+  const announcer = config.logLevel === 'silent' ? logger : logger.child({}, { level: 'info' });
+  for (const warning of warnings) announcer.warn(warning);
   // DESIGN.md §2: warnings are printed at once, not when the 4 KiB log buffer fills.
   logger.flush();
   // The loader already warned about in-memory state; the store's own warnings are about connections.
@@ -72,7 +74,7 @@ export async function serve(config: Config, warnings: readonly string[]): Promis
   process.once('SIGINT', () => stop('SIGINT'));
 
   await app.listen({ host: config.listen.host, port: config.listen.port });
-  logger.info(
+  announcer.info(
     {
       version: VERSION,
       issuer: config.baseUrl,

@@ -7,10 +7,34 @@ import { describe, test } from 'node:test';
 import { decodeJwt } from 'jose';
 import type { Config } from '../src/config/types.js';
 import { MemoryStore } from '../src/store/memory.js';
-import { AUDIENCE, authorizeSilently, cookieJar, exchangeCode, refresh, signInForCode, testApp, testConfig } from './helpers/app.js';
+import type { FastifyInstance } from 'fastify';
+import { AUDIENCE, authorizeSilently, basic, cookieJar, exchangeCode, form, postToken, refresh, SECRET, signInForCode, testApp, testConfig } from './helpers/app.js';
 
 const API = AUDIENCE[0] as string;
 const FILES = AUDIENCE[1] as string;
+const RS_SECRET = 'api-resource-server-secret';
+
+/** The test config with a resource server for API, so /introspect has a caller. */
+async function withResourceServer(overrides: Partial<Config> = {}): Promise<Config> {
+  return testConfig({ resourceServers: new Map([[API, { label: API, secret: RS_SECRET }]]), ...overrides });
+}
+
+/** Whether API's resource server hears `token` is active. */
+async function activeForApi(app: FastifyInstance, token: string): Promise<boolean> {
+  const response = await app.inject({
+    method: 'POST',
+    url: '/introspect',
+    headers: { 'content-type': 'application/x-www-form-urlencoded', authorization: basic(API, RS_SECRET) },
+    payload: form([['token', token]]),
+  });
+  assert.equal(response.statusCode, 200, response.body);
+  return response.json().active as boolean;
+}
+
+/** The status of GET /userinfo with `token`. */
+async function userinfoStatus(app: FastifyInstance, token: string): Promise<number> {
+  return (await app.inject({ url: '/userinfo', headers: { authorization: `Bearer ${token}` } })).statusCode;
+}
 
 /** A refresh token of webapp (scope openid profile email) issued under the test config, and the store holding it. */
 async function liveGrant(resources: readonly string[] = []): Promise<{ store: MemoryStore; refreshToken: string; cookies: string }> {
@@ -44,6 +68,58 @@ describe('config changes reach live grants (DESIGN.md §6)', () => {
       assert.equal(response.json().error, 'invalid_grant');
       const authorize = await authorizeSilently(after.app, cookieJar(cookies, await after.app.inject({ url: '/healthz' })));
       assert.equal(authorize.searchParams.get('error'), 'login_required');
+    } finally {
+      await after.app.close();
+    }
+  });
+
+  test('a removed client: its access tokens, of a grant and of client_credentials, are inactive at /introspect and refused at /userinfo', async () => {
+    const store = new MemoryStore();
+    const before = await testApp({ store, config: await withResourceServer() });
+    let personal: string;
+    let machine: string;
+    try {
+      const exchanged = await exchangeCode(before.app, await signInForCode(before.app));
+      assert.equal(exchanged.statusCode, 200, exchanged.body);
+      personal = exchanged.json().access_token as string;
+      const issued = await postToken(before.app, [['grant_type', 'client_credentials']], basic('service', SECRET));
+      assert.equal(issued.statusCode, 200, issued.body);
+      machine = issued.json().access_token as string;
+      assert.equal(await activeForApi(before.app, personal), true);
+      assert.equal(await activeForApi(before.app, machine), true);
+      assert.equal(await userinfoStatus(before.app, personal), 200);
+    } finally {
+      await before.app.close();
+    }
+    const clients = new Map([...(await testConfig()).clients].filter(([id]) => id !== 'webapp' && id !== 'service'));
+    const after = await testApp({ store, config: await withResourceServer({ clients }) });
+    try {
+      assert.equal(await activeForApi(after.app, personal), false, 'a token of a removed client is inactive');
+      assert.equal(await activeForApi(after.app, machine), false, 'a client_credentials token of a removed client is inactive');
+      assert.equal(await userinfoStatus(after.app, personal), 401);
+    } finally {
+      await after.app.close();
+    }
+  });
+
+  test('a removed user: their access tokens are inactive at /introspect and refused at /userinfo', async () => {
+    const store = new MemoryStore();
+    const before = await testApp({ store, config: await withResourceServer() });
+    let token: string;
+    try {
+      const exchanged = await exchangeCode(before.app, await signInForCode(before.app));
+      token = exchanged.json().access_token as string;
+      assert.equal(await userinfoStatus(before.app, token), 200);
+    } finally {
+      await before.app.close();
+    }
+    const after = await testApp({ store, config: await withResourceServer({ users: new Map() }) });
+    try {
+      assert.equal(await activeForApi(after.app, token), false);
+      const response = await after.app.inject({ url: '/userinfo', headers: { authorization: `Bearer ${token}` } });
+      assert.equal(response.statusCode, 401);
+      assert.match(response.headers['www-authenticate'] as string, /error="invalid_token"/);
+      assert.equal(response.json().error_description, 'the access token is no longer valid');
     } finally {
       await after.app.close();
     }

@@ -52,6 +52,21 @@ describe('/userinfo', () => {
     assert.deepEqual(response.json(), { sub: 'alice', email: 'alice@example.org', name: 'Alice Example' });
   });
 
+  test('a token of a revoked grant is refused at once (DESIGN.md §8)', async () => {
+    const token = await accessToken(t.app);
+    assert.equal((await userinfo(t.app, token)).statusCode, 200);
+    const revoked = await t.app.inject({
+      method: 'POST',
+      url: '/revoke',
+      headers: { 'content-type': 'application/x-www-form-urlencoded', authorization: basic('webapp', SECRET) },
+      payload: `token=${token}`,
+    });
+    assert.equal(revoked.statusCode, 200, revoked.body);
+    const response = await userinfo(t.app, token);
+    assertInvalidToken(response);
+    assert.equal(response.json().error_description, 'the access token is no longer valid');
+  });
+
   test('the claims follow the scope', async () => {
     assert.deepEqual((await userinfo(t.app, await accessToken(t.app, { scope: 'openid email' }))).json(), { sub: 'alice', email: 'alice@example.org' });
     assert.deepEqual((await userinfo(t.app, await accessToken(t.app, { scope: 'openid profile' }))).json(), { sub: 'alice', name: 'Alice Example' });

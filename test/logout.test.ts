@@ -86,6 +86,18 @@ describe('/logout', () => {
     assert.equal(await stillSignedIn(t.app, cookies), true);
   });
 
+  test('a state over 2,048 characters: error page, no redirect, session kept (DESIGN.md §4)', async () => {
+    const { cookies, idToken } = await signedIn(t.app);
+    const query = new URLSearchParams({ id_token_hint: idToken, post_logout_redirect_uri: AFTER_LOGOUT, state: 's'.repeat(2049) });
+    const response = await t.app.inject({ url: `/logout?${query}`, headers: { cookie: cookies } });
+    assert.equal(response.statusCode, 400);
+    assert.equal(response.headers.location, undefined);
+    assert.match(response.body, /state is longer than 2048 characters/);
+    assert.equal(await stillSignedIn(t.app, cookies), true);
+    const atLimit = new URLSearchParams({ id_token_hint: idToken, post_logout_redirect_uri: AFTER_LOGOUT, state: 's'.repeat(2048) });
+    assert.equal((await t.app.inject({ url: `/logout?${atLimit}`, headers: { cookie: cookies } })).statusCode, 303);
+  });
+
   test('without a hint: a confirmation form; confirming (with CSRF) signs out and redirects; without CSRF nothing changes', async () => {
     const { cookies } = await signedIn(t.app);
     const query = new URLSearchParams({ client_id: 'webapp', post_logout_redirect_uri: AFTER_LOGOUT, state: 'bye-2' });

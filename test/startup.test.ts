@@ -36,6 +36,23 @@ describe('pinpoint serve at start', () => {
     assert.equal(server.hasExited, false);
   });
 
+  test('at log_level "error" the start line and the warnings are printed all the same, and access lines are not', async () => {
+    const quiet = await createDeployment({ state: { path: 'data/pinpoint.db' }, logLevel: 'error' });
+    await chmod(join(quiet.folder, 'secrets', 'webapp'), 0o644);
+    const quietServer = await startPinpoint(quiet);
+    try {
+      for (let i = 0; i < 50 && !quietServer.logs.some((record) => record.msg === 'pinpoint is serving'); i++) await sleep(20);
+      assert.ok(quietServer.logs.some((record) => record.msg === 'pinpoint is serving'), `the start line:\n${quietServer.output}`);
+      assert.ok(quietServer.logs.some((record) => record.level === 40 && /accessible by group or others/.test(String(record.msg))), quietServer.output);
+      assert.equal((await fetch(`${quiet.baseUrl}/healthz`)).status, 200);
+      await sleep(400);
+      assert.ok(!quietServer.logs.some((record) => record.msg === 'request'), `no access line below "error":\n${quietServer.output}`);
+    } finally {
+      await quietServer.stop();
+      await removeDeployment(quiet);
+    }
+  });
+
   test('the access line of a lone request is written within a second, not when the log buffer fills', async () => {
     assert.ok(server, 'the server of the test before');
     const before = server.logs.length;

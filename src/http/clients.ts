@@ -142,6 +142,19 @@ export class ClientDirectory {
     return record === undefined ? { found: false } : this.#seen(registeredClient(dynamic, record));
   }
 
+  /**
+   * Whether `clientId` may still name a client, fetching and reading nothing: one of the config, or of a kind of
+   * dynamic client the config still takes (its grant, looked up anyway, says whether it lives). A client removed from
+   * the config is not (DESIGN.md §6: its tokens stop working).
+   */
+  isKnownClient(clientId: string): boolean {
+    if (this.#config.clients.has(clientId)) return true;
+    const dynamic = this.#config.dynamicClients;
+    if (dynamic === undefined) return false;
+    if (isDocumentUrl(clientId)) return dynamic.metadataDocuments;
+    return dynamic.registration !== 'off' && REGISTERED_ID.test(clientId);
+  }
+
   /** The client, or undefined when there is none usable. */
   async find(clientId: string | undefined): Promise<ClientRecord | undefined> {
     if (clientId === undefined) return undefined;

@@ -2,8 +2,8 @@
  * POST /introspect (RFC 7662, DESIGN.md §8). A resource server learns about an access token only when its label is
  * in the token's `aud` (a token narrowed to another server is inactive for it); a client only about its own tokens;
  * a resource server never about refresh tokens. An access token costs a jose verification (once per token: see
- * VerifiedAccessTokens) and one lookup of its grant by key (a revoked grant's tokens are inactive at once, on every
- * instance sharing the store).
+ * VerifiedAccessTokens) and one lookup (access-token-state.ts: a revoked grant's tokens are inactive at once, on
+ * every instance sharing the store).
  */
 import type { FastifyPluginAsync } from 'fastify';
 import type { JWTPayload } from 'jose';
@@ -16,7 +16,8 @@ import { audienceClaim } from '../policy/resource.js';
 import type { GrantStore, RefreshTokenStore, RevokedTokenStore } from '../store/types.js';
 import { authenticateIntrospectionCaller, claimedClient, type IntrospectionCaller } from './client-auth.js';
 import { handleFormEndpoint } from './form-endpoint.js';
-import { epochSeconds, grantIdOfJti } from './token-claims.js';
+import { accessTokenStands } from './access-token-state.js';
+import { epochSeconds } from './token-claims.js';
 
 export type IntrospectionStores = GrantStore & RefreshTokenStore & RevokedTokenStore;
 
@@ -43,14 +44,7 @@ export function introspectionRoutes(ctx: AppContext, store: IntrospectionStores)
     const audience = typeof aud === 'string' ? [aud] : aud;
     const allowed = caller.kind === 'resource_server' ? audience.includes(caller.label) : clientId === caller.client.clientId;
     if (!allowed) return INACTIVE;
-    const grantId = grantIdOfJti(jti);
-    const now = ctx.now();
-    if (grantId === undefined) {
-      if (await store.isAccessTokenRevoked(jti, now)) return INACTIVE;
-    } else {
-      const grant = await store.findGrant(grantId, now);
-      if (grant === undefined || grant.clientId !== clientId || !ctx.isKnownSubject(grant.subject)) return INACTIVE;
-    }
+    if (!(await accessTokenStands(ctx, store, { jti, clientId }))) return INACTIVE;
     return { active: true, scope: payload.scope, client_id: clientId, sub, aud, iss: payload.iss, exp: payload.exp, iat: payload.iat, jti, token_type: 'Bearer', token_use: 'access_token' };
   }
 

@@ -9,7 +9,7 @@ import type { AppContext } from '../context.js';
 import { verifyIdTokenHint } from '../crypto/jwt.js';
 import { csrfToken, csrfValid } from '../http/csrf.js';
 import { formTargetOf, html, pageHeaders, sendPage } from '../http/pages.js';
-import { EMPTY_PARAMS, parseParams, queryOf, repeatedParameter, single, type Params } from '../http/params.js';
+import { checkLimits, EMPTY_PARAMS, parseParams, queryOf, repeatedParameter, single, type Params } from '../http/params.js';
 import { sendErrorPage } from '../http/render-error.js';
 import { currentSession, endSession } from '../http/session.js';
 import { bounded } from '../log.js';
@@ -35,6 +35,9 @@ export function logoutRoutes(ctx: AppContext, store: SessionStore): FastifyPlugi
   async function parse(params: Params): Promise<LogoutRequest | OAuthError> {
     const repeated = repeatedParameter(params);
     if (repeated !== undefined) return refused(`${repeated} appears more than once`);
+    // DESIGN.md §4: a `state` over the limit is refused here too, never echoed into a redirect.
+    const overLimit = checkLimits(params);
+    if (overLimit !== undefined) return overLimit;
     const hint = single(params, 'id_token_hint');
     const clientId = single(params, 'client_id');
     let hintSubject: string | undefined;

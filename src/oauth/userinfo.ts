@@ -4,7 +4,8 @@ import type { JWTPayload } from 'jose';
 import type { AppContext } from '../context.js';
 import { isAddressedToProvider, type Audience } from '../policy/resource.js';
 import { verifyAccessToken } from '../crypto/jwt.js';
-import type { SubjectClaims, SubjectClaimsStore } from '../store/types.js';
+import type { GrantStore, RevokedTokenStore, SubjectClaims, SubjectClaimsStore } from '../store/types.js';
+import { accessTokenStands } from './access-token-state.js';
 import { releasedClaims } from './token-claims.js';
 
 /** RFC 6750 §3: the challenge says why. */
@@ -17,7 +18,7 @@ function refuse(request: FastifyRequest, reply: FastifyReply, error: 'invalid_to
     .send({ error, error_description: description });
 }
 
-export function userinfoRoutes(ctx: AppContext, store: SubjectClaimsStore): FastifyPluginAsync {
+export function userinfoRoutes(ctx: AppContext, store: SubjectClaimsStore & GrantStore & RevokedTokenStore): FastifyPluginAsync {
   async function claimsOf(subject: string): Promise<SubjectClaims> {
     const user = ctx.config.users.get(subject);
     if (user !== undefined) return { email: user.email, name: user.name };
@@ -41,8 +42,12 @@ export function userinfoRoutes(ctx: AppContext, store: SubjectClaimsStore): Fast
     request.clientId = clientId;
     const client = await ctx.clients.find(clientId);
     const scope = typeof payload.scope === 'string' ? payload.scope.split(' ') : [];
-    if (client === undefined || payload.aud === undefined || typeof payload.sub !== 'string') {
+    if (client === undefined || payload.aud === undefined || typeof payload.sub !== 'string' || typeof payload.jti !== 'string') {
       return refuse(request, reply, 'invalid_token', 'the access token is invalid or expired');
+    }
+    // DESIGN.md §6, §8: a token of a revoked grant, or of a person or client no longer configured, has no claims here.
+    if (!(await accessTokenStands(ctx, store, { jti: payload.jti, clientId: client.clientId }))) {
+      return refuse(request, reply, 'invalid_token', 'the access token is no longer valid');
     }
     if (!scope.includes('openid')) return refuse(request, reply, 'invalid_token', 'the access token does not carry the openid scope');
     // DESIGN.md §7: a client_credentials token names no person (its sub is the client), so it has no claims here; only tokens a person signed in for carry auth_time.
