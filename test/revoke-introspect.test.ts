@@ -101,6 +101,32 @@ for (const kind of STORE_KINDS) {
       assert.equal(missing.json().error, 'invalid_request');
     });
 
+    test('a resource server may also send its label and secret in the body (client_secret_post, as the metadata offers)', async () => {
+      const { access } = await tokens(API);
+      const posted = await introspect(access, null, [['client_id', API], ['client_secret', RS_SECRET]]);
+      assert.equal(posted.statusCode, 200, posted.body);
+      assert.equal(posted.json().active, true);
+      const wrong = await introspect(access, null, [['client_id', API], ['client_secret', 'wrong']]);
+      assert.equal(wrong.statusCode, 401);
+      assert.equal(wrong.json().error, 'invalid_client');
+      const noSecret = await introspect(access, null, [['client_id', API]]);
+      assert.equal(noSecret.statusCode, 401);
+      const both = await introspect(access, asResourceServer, [['client_secret', RS_SECRET]]);
+      assert.equal(both.statusCode, 400);
+      assert.equal(both.json().error, 'invalid_request');
+      const mismatch = await introspect(access, asResourceServer, [['client_id', 'webapp']]);
+      assert.equal(mismatch.statusCode, 401);
+    });
+
+    test('a resource server label sent in Basic without form-encoding (as curl -u sends it) is read as the label', async () => {
+      const { access } = await tokens(API);
+      const unencoded = (secret: string): string => `Basic ${Buffer.from(`${API}:${secret}`).toString('base64')}`;
+      const answer = await introspect(access, unencoded(RS_SECRET));
+      assert.equal(answer.statusCode, 200, answer.body);
+      assert.equal(answer.json().active, true);
+      assert.equal((await introspect(access, unencoded('wrong'))).statusCode, 401);
+    });
+
     test('revoking a refresh token revokes its grant: refresh tokens stop, access tokens turn inactive at once', async () => {
       const grant = await tokens(API);
       const rotated = await refresh(t.app, grant.refresh);

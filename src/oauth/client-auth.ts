@@ -8,7 +8,8 @@ import { matchesDigest, sha256 } from '../crypto/digest.js';
 export interface PresentedCredentials {
   /** The client the request claims to be, before authentication (for rate limits and logs). */
   readonly claimedClientId: string | undefined;
-  readonly basic: { readonly id: string; readonly secret: string } | undefined;
+  /** `text` is the Basic credentials as sent, before the form-decoding of RFC 6749 §2.3.1. */
+  readonly basic: { readonly id: string; readonly secret: string; readonly text: string } | undefined;
   readonly malformedBasic: boolean;
   readonly bodyClientId: string | undefined;
   /** client_secret in the body (client_secret_post, RFC 6749 §2.3.1); undefined when absent. */
@@ -16,7 +17,7 @@ export interface PresentedCredentials {
 }
 
 /** RFC 6749 §2.3.1: the Basic credentials are form-urlencoded before base64. */
-function decodeBasic(header: string): { id: string; secret: string } | undefined {
+function decodeBasic(header: string): { id: string; secret: string; text: string } | undefined {
   const match = /^Basic ([A-Za-z0-9+/=]+)$/i.exec(header.trim());
   if (match === null) return undefined;
   const decoded = Buffer.from(match[1] as string, 'base64').toString('utf8');
@@ -24,7 +25,7 @@ function decodeBasic(header: string): { id: string; secret: string } | undefined
   if (colon === -1) return undefined;
   try {
     const unescape = (text: string): string => decodeURIComponent(text.replace(/\+/g, ' '));
-    return { id: unescape(decoded.slice(0, colon)), secret: unescape(decoded.slice(colon + 1)) };
+    return { id: unescape(decoded.slice(0, colon)), secret: unescape(decoded.slice(colon + 1)), text: decoded };
   } catch {
     return undefined;
   }
@@ -61,21 +62,45 @@ function secretMatches(holder: { readonly secret?: string; readonly secretDigest
 /** Who may call /introspect (DESIGN.md §8): a resource server by its label, or a confidential client. */
 export type IntrospectionCaller = { readonly kind: 'resource_server'; readonly label: string } | { readonly kind: 'client'; readonly client: ClientRecord };
 
-/** A resource server authenticates with HTTP Basic, its label as the user name; anyone else as at /token, confidential only. */
+/**
+ * A resource server authenticates with its label as the client id, by HTTP Basic (DESIGN.md §8) or, as the metadata
+ * offers every caller, client_secret_post; anyone else as at /token, confidential only.
+ */
 export function authenticateIntrospectionCaller(
   presented: PresentedCredentials,
   clients: { get(clientId: string): ClientRecord | undefined },
   resourceServers: ReadonlyMap<string, ResourceServerRecord>,
 ): IntrospectionCaller {
-  const server = presented.basic === undefined ? undefined : resourceServers.get(presented.basic.id);
-  if (server !== undefined && presented.basic !== undefined) {
-    if (presented.bodySecret !== undefined) throw invalidRequest('send the client secret either with HTTP Basic or in the body, not both');
-    if (!secretMatches(server, presented.basic.secret)) throw invalidClient('client authentication failed');
+  const { claimedClientId, bodyClientId, bodySecret } = presented;
+  const basic = presented.basic === undefined ? undefined : (labelSentUnencoded(presented.basic, resourceServers) ?? presented.basic);
+  const callerId = basic?.id ?? claimedClientId;
+  const server = callerId === undefined ? undefined : resourceServers.get(callerId);
+  if (server !== undefined) {
+    if (basic !== undefined && bodySecret !== undefined) throw invalidRequest('send the client secret either with HTTP Basic or in the body, not both');
+    if (basic !== undefined && bodyClientId !== undefined && bodyClientId !== basic.id) throw invalidClient('client_id does not match the credentials');
+    const secret = basic?.secret ?? bodySecret;
+    if (secret === undefined || !secretMatches(server, secret)) throw invalidClient('client authentication failed');
     return { kind: 'resource_server', label: server.label };
   }
   const client = authenticateClient(presented, clients);
   if (client.kind !== 'confidential') throw invalidClient('only resource servers and confidential clients may introspect tokens');
   return { kind: 'client', client };
+}
+
+/**
+ * A resource server's label is a URL, so it holds a colon; sent in Basic without RFC 6749 §2.3.1's form-encoding (as
+ * `curl -u` and many libraries send it) it is split at the wrong colon. Such credentials are read as the label they
+ * start with, when one does and the split found no resource server.
+ */
+function labelSentUnencoded(
+  basic: { readonly id: string; readonly text: string },
+  resourceServers: ReadonlyMap<string, ResourceServerRecord>,
+): { id: string; secret: string } | undefined {
+  if (resourceServers.has(basic.id)) return undefined;
+  for (const label of resourceServers.keys()) {
+    if (basic.text.startsWith(`${label}:`)) return { id: label, secret: basic.text.slice(label.length + 1) };
+  }
+  return undefined;
 }
 
 /** The authenticated client, or throws invalid_client (401 with WWW-Authenticate); both methods at once is invalid_request (DESIGN.md §4). */
