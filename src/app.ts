@@ -44,6 +44,9 @@ declare module 'fastify' {
   }
 }
 
+/** The methods Pinpoint's routes use (HEAD comes with GET). */
+const ROUTED_METHODS = ['GET', 'HEAD', 'POST'] as const;
+
 export interface BuildAppOptions {
   readonly config: Config;
   readonly store: Store;
@@ -140,11 +143,17 @@ export async function buildApp(options: BuildAppOptions): Promise<{ app: Fastify
     return sendJsonError(reply, oauthError);
   });
   app.setNotFoundHandler(async (request, reply) => {
-    const notFound = new OAuthError('not_found', 'no such endpoint', 404);
-    // DESIGN.md §4: a browser asking for a page gets the HTML error page.
     const path = request.url.split('?')[0] ?? '';
-    if (!isApiPath(path, options.config.basePath) && /\btext\/html\b/.test(request.headers.accept ?? '')) return sendErrorPage(reply, notFound);
-    return sendJsonError(reply, notFound);
+    // RFC 9110 §15.5.6: a path that exists under other methods answers 405 with the methods it has.
+    const allowed = ROUTED_METHODS.filter((method) => app.hasRoute({ method, url: path }));
+    if (allowed.length > 0) reply.header('Allow', allowed.join(', '));
+    const refusal =
+      allowed.length > 0
+        ? new OAuthError('invalid_request', `${request.method} is not allowed here; use ${allowed.join(' or ')}`, 405)
+        : new OAuthError('not_found', 'no such endpoint', 404);
+    // DESIGN.md §4: a browser asking for a page gets the HTML error page.
+    if (!isApiPath(path, options.config.basePath) && /\btext\/html\b/.test(request.headers.accept ?? '')) return sendErrorPage(reply, refusal);
+    return sendJsonError(reply, refusal);
   });
 
   // RFC 8414 §3.1 copies of the metadata live outside the prefix.

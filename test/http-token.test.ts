@@ -585,10 +585,20 @@ describe('/token client authentication and request shape', () => {
     assertOAuthError(response, 400, 'invalid_request');
   });
 
-  test('GET /token is not a token endpoint', async () => {
+  test('GET /token is not a token endpoint: 405 with Allow: POST', async () => {
     const response = await t.app.inject({ method: 'GET', url: '/token?grant_type=client_credentials', headers: { authorization: basic('service', SECRET) } });
-    assert.equal(response.statusCode, 404);
-    assert.equal(response.json().access_token, undefined);
+    assert.equal(response.statusCode, 405);
+    assert.equal(response.headers.allow, 'POST');
+    assert.deepEqual(response.json(), { error: 'invalid_request', error_description: 'GET is not allowed here; use POST' });
+    for (const url of ['/revoke', '/introspect', '/device_authorization']) {
+      const other = await t.app.inject({ method: 'GET', url });
+      assert.equal(other.statusCode, 405, url);
+      assert.equal(other.headers.allow, 'POST', url);
+    }
+    const jwks = await t.app.inject({ method: 'DELETE', url: '/jwks' });
+    assert.equal(jwks.statusCode, 405);
+    assert.equal(jwks.headers.allow, 'GET, HEAD');
+    assert.equal((await t.app.inject({ method: 'GET', url: '/nope' })).statusCode, 404);
   });
 
   test('success carries Cache-Control: no-store', async () => {
