@@ -2,12 +2,13 @@
 import { parseArgs } from 'node:util';
 import { ConfigInvalid, formatProblem, loadConfig } from './config/load.js';
 import { describeConfig, describeInvalid, renderReport, type CheckReport, type ProbeResult } from './config/report.js';
-import type { Config } from './config/types.js';
+import type { Config, StateConfig } from './config/types.js';
 import { hashPassword } from './crypto/password.js';
 import { backupSqlite } from './admin/backup.js';
 import { listGrants, revokeGrants } from './admin/grants.js';
 import { listKeys, retire, rotate } from './admin/keys.js';
 import { openStore } from './store/open.js';
+import { probeStore } from './store/probe.js';
 import type { Store } from './store/types.js';
 import { VERSION } from './version.js';
 
@@ -15,7 +16,7 @@ const USAGE = `usage:
   pinpoint serve --config FILE            run the server (PINPOINT_CONFIG may replace --config)
   pinpoint check --config FILE [--json] [--probe]
                                           validate the configuration and show what it sets up;
-                                          --probe also asks each federation issuer for its metadata
+                                          --probe also reaches the state store and asks each federation issuer for its metadata
   pinpoint hash-password                  read a password on stdin, print its password_hash
   pinpoint keys list --config FILE [--json]
   pinpoint keys rotate --config FILE      a new signing key per algorithm (old ones stay published)
@@ -194,22 +195,25 @@ async function check(file: string, json: boolean, probe: boolean): Promise<numbe
   try {
     const { config, warnings } = await loadConfig(file);
     report = describeConfig(config, warnings);
-    if (probe) report = await withProbes(report);
+    if (probe) report = await withProbes(report, config.state);
   } catch (error) {
     if (!(error instanceof ConfigInvalid)) throw error;
     report = describeInvalid(file, error.problems, error.warnings);
   }
   process.stdout.write(json ? `${JSON.stringify(report, null, 2)}\n` : renderReport(report));
   // DESIGN.md §2: a failed probe exits 1 like an invalid configuration.
-  const probeFailed = report.signIn?.federations.some((federation) => federation.probe?.ok === false) ?? false;
+  const probeFailed = report.stateProbe?.ok === false || (report.signIn?.federations.some((federation) => federation.probe?.ok === false) ?? false);
   return report.valid && !probeFailed ? 0 : 1;
 }
 
-async function withProbes(report: CheckReport): Promise<CheckReport> {
-  const signIn = report.signIn;
-  if (!signIn) return report;
+/** DESIGN.md §2: --probe reaches the store and each federation issuer. */
+async function withProbes(report: CheckReport, state: StateConfig): Promise<CheckReport> {
+  const stateProbe = await probeStore(state);
+  const probed = stateProbe === undefined ? report : { ...report, stateProbe };
+  const signIn = probed.signIn;
+  if (!signIn) return probed;
   const federations = await Promise.all(signIn.federations.map(async (federation) => ({ ...federation, probe: await probeIssuer(federation.issuer) })));
-  return { ...report, signIn: { ...signIn, federations } };
+  return { ...probed, signIn: { ...signIn, federations } };
 }
 
 /** OpenID Connect Discovery §4: the document must exist and name exactly this issuer. */

@@ -46,19 +46,22 @@ export async function serve(config: Config, warnings: readonly string[]): Promis
   }, SWEEP_INTERVAL_MS);
   sweep.unref();
 
+  /** Lets go of everything serve opened; app.close() stops accepting and waits for in-flight requests, then the store can go. */
+  const release = async (): Promise<void> => {
+    clearInterval(sweep);
+    keys.stop();
+    await app.close();
+    await new Promise<void>((resolve) => (metricsServer === undefined ? resolve() : metricsServer.close(() => resolve())));
+    await documents?.close();
+    await store.close();
+  };
+
   let stopping = false;
   const stop = (signal: string): void => {
     if (stopping) return;
     stopping = true;
     logger.info({ signal }, 'stopping: finishing in-flight requests');
-    clearInterval(sweep);
-    keys.stop();
-    // app.close() stops accepting and waits for in-flight requests; then the store can go.
-    app
-      .close()
-      .then(() => new Promise<void>((resolve) => (metricsServer === undefined ? resolve() : metricsServer.close(() => resolve()))))
-      .then(() => documents?.close())
-      .then(() => store.close())
+    release()
       .then(() => {
         logger.info('stopped');
         logger.flush();
@@ -73,7 +76,13 @@ export async function serve(config: Config, warnings: readonly string[]): Promis
   process.once('SIGTERM', () => stop('SIGTERM'));
   process.once('SIGINT', () => stop('SIGINT'));
 
-  await app.listen({ host: config.listen.host, port: config.listen.port });
+  try {
+    await app.listen({ host: config.listen.host, port: config.listen.port });
+  } catch (error) {
+    // A server that cannot listen must not live on half-open (metrics, key reloads): a supervisor then sees it gone.
+    await release().catch(() => undefined);
+    throw error;
+  }
   announcer.info(
     {
       version: VERSION,

@@ -89,6 +89,8 @@ describe('pinpoint keys and grants on a SQLite file a server is using', () => {
     const to = join(deployment.folder, 'backup.db');
     const done = await run(['backup', '--to', to, ...config()]);
     assert.equal(done.code, 0, done.stderr);
+    const { stat } = await import('node:fs/promises');
+    assert.equal((await stat(to)).mode & 0o777, 0o600, 'the copy holds private keys: owner-only');
     const { default: Database } = await import('better-sqlite3');
     const copy = new Database(to, { readonly: true });
     try {

@@ -1,7 +1,7 @@
 /** The `pinpoint` command as an operator runs it: a real child process on real files. */
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import { chmod, mkdir, mkdtemp, readFile, writeFile } from 'node:fs/promises';
+import { chmod, mkdir, mkdtemp, readFile, stat, writeFile } from 'node:fs/promises';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -396,6 +396,44 @@ client "spa" {
       assert.match(human.stdout, /^client "spa" \(public\)$/m);
       const withoutProbe = await run(['check', '--config', join(folder, 'config.hcl')]);
       assert.equal(withoutProbe.code, 0, 'the same valid file without --probe exits 0');
+    });
+
+    test('reaches the state store without changing it: a database that opens, a folder to create one in, a server that answers', async () => {
+      const closedPort = await new Promise<number>((ready) => {
+        const probe = createServer();
+        probe.listen(0, '127.0.0.1', () => {
+          const { port } = probe.address() as AddressInfo;
+          probe.close(() => ready(port));
+        });
+      });
+      const configWith = (state: string): string => `base_url = "http://127.0.0.1:8080"
+state {
+  ${state}
+}
+client "service" {
+  secret_file = "secrets/service"
+  audience = ["https://api.example.org/"]
+}
+`;
+      const folder = await folderWith({
+        'secrets/service': 'service-secret',
+        'fresh.hcl': configWith('path = "data/new/pinpoint.db"'),
+        'junk.hcl': configWith('path = "junk.db"'),
+        'junk.db': 'this is not a database',
+        'down.hcl': configWith(`url = "postgres://postgres@127.0.0.1:${closedPort}/pinpoint"`),
+      });
+      await chmod(join(folder, 'secrets', 'service'), 0o600);
+      const fresh = await run(['check', '--config', join(folder, 'fresh.hcl'), '--probe', '--json']);
+      assert.equal(fresh.code, 0, fresh.stdout);
+      assert.equal(JSON.parse(fresh.stdout).stateProbe.ok, true);
+      assert.equal(await stat(join(folder, 'data')).then(() => true, () => false), false, 'probing creates nothing');
+      const junk = await run(['check', '--config', join(folder, 'junk.hcl'), '--probe']);
+      assert.equal(junk.code, 1);
+      assert.match(junk.stdout, /persistence .* probe: FAILED, .*junk\.db cannot be read as a database/);
+      const down = await run(['check', '--config', join(folder, 'down.hcl'), '--probe', '--json']);
+      assert.equal(down.code, 1, 'an unreachable store fails the probe (DESIGN.md §2)');
+      assert.match(JSON.parse(down.stdout).stateProbe.detail, /no connection/);
+      assert.equal((await run(['check', '--config', join(folder, 'down.hcl')])).code, 0, 'without --probe nothing is reached');
     });
   });
 

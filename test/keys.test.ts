@@ -91,11 +91,16 @@ describe('key rotation across two instances sharing one PostgreSQL database', { 
     await jwtVerify(before, jwks, { audience: API, typ: 'at+jwt' });
     assert.ok(await introspect(b, before), 'a token of the old key stays active while the key is published');
 
-    const refused = await retireKey(stores[1] as Store, newKid, Date.now(), TIMING.leadMs);
+    const refused = await retireKey(stores[1] as Store, newKid, Date.now(), TIMING);
     assert.equal(refused.ok, false, 'a key that signs cannot be retired');
+    // Within one reload of the switch an instance may still sign with the old key: retiring it then is refused.
+    const switchedAt = rotatedAt + TIMING.leadMs;
+    const early = await retireKey(stores[1] as Store, oldKid, switchedAt + TIMING.reloadMs / 2, TIMING);
+    assert.equal(early.ok, false);
+    assert.match((early as { reason: string }).reason, /running instances may still sign with it/);
     const states = keyStates(await (stores[1] as Store).listKeys(), Date.now(), TIMING.leadMs);
     assert.equal(states.get(oldKid), 'published');
-    assert.deepEqual(await retireKey(stores[1] as Store, oldKid, Date.now(), TIMING.leadMs), { ok: true });
+    assert.deepEqual(await retireKey(stores[1] as Store, oldKid, Math.max(Date.now(), switchedAt + TIMING.reloadMs + 1), TIMING), { ok: true });
     for (const t of [a, b]) await eventually(TIMING.reloadMs * 5, async () => !(await kidsOf(t)).includes(oldKid), 'the retired key leaves /jwks');
     assert.equal(await introspect(a, before), false, 'a token signed by a retired key is inactive');
     assert.equal(await introspect(a, afterRotation), true);

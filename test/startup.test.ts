@@ -1,6 +1,7 @@
 /** DESIGN.md §2, §10: `pinpoint serve` prints its start line, every warning and each access line at once, not when the log buffer fills. */
 import assert from 'node:assert/strict';
 import { chmod, readFile } from 'node:fs/promises';
+import { createServer } from 'node:net';
 import { join } from 'node:path';
 import { after, describe, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -50,6 +51,22 @@ describe('pinpoint serve at start', () => {
     } finally {
       await quietServer.stop();
       await removeDeployment(quiet);
+    }
+  });
+
+  test('a listen address in use: it says so and exits 1, leaving nothing open (no half-started server)', async () => {
+    const busy = await createDeployment({ state: { path: 'data/pinpoint.db' } });
+    const squatter = createServer();
+    await new Promise<void>((resolve) => squatter.listen(busy.port, '127.0.0.1', resolve));
+    try {
+      await assert.rejects(startPinpoint(busy, { readyTimeoutMs: 15_000 }), (error: Error) => {
+        assert.match(error.message, /exited \(1\) before it was ready/);
+        assert.match(error.message, /EADDRINUSE/);
+        return true;
+      });
+    } finally {
+      squatter.close();
+      await removeDeployment(busy);
     }
   });
 

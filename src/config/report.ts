@@ -15,6 +15,8 @@ export interface CheckReport {
   readonly tls?: { readonly mode: TlsMode; readonly certFile?: string; readonly keyFile?: string };
   readonly signIn?: { readonly users: number; readonly federations: readonly FederationFacts[] };
   readonly state?: StateFacts;
+  /** Present with `--probe` (not for memory state): whether the store could be reached. */
+  readonly stateProbe?: ProbeResult;
   /** Addresses and CIDRs whose X-Forwarded-* headers are believed; empty: none. */
   readonly trustedProxies?: readonly string[];
   readonly limits?: LimitsConfig;
@@ -186,7 +188,7 @@ export function renderReport(report: CheckReport): string {
     ['listen', report.listen ?? ''],
     ['tls', describeTls(report)],
     ['sign-in', describeSignIn(report)],
-    ['persistence', report.state ? describeStateLine(report.state) : ''],
+    ['persistence', `${report.state ? describeStateLine(report.state) : ''}${report.stateProbe ? `  probe: ${report.stateProbe.ok ? 'ok' : 'FAILED'}, ${report.stateProbe.detail}` : ''}`],
     ['trusted proxies', report.trustedProxies?.length ? report.trustedProxies.join(' ') : '(none: forwarded headers are ignored)'],
     ['metrics', report.metrics ? `${report.metrics.listen} (GET /metrics)` : '(off)'],
     ['limits', report.limits ? describeLimits(report.limits) : ''],

@@ -211,11 +211,15 @@ export async function rotateKeys(store: KeyStore, now: number): Promise<StoredKe
 }
 
 /** `pinpoint keys retire KID`: refused for a key that signs or does not exist (DESIGN.md §2). */
-export async function retireKey(store: KeyStore, kid: string, now: number, leadMs = KEY_TIMING.leadMs): Promise<{ ok: true } | { ok: false; reason: string }> {
+export async function retireKey(store: KeyStore, kid: string, now: number, timing: KeyTiming = KEY_TIMING): Promise<{ ok: true } | { ok: false; reason: string }> {
   const stored = await store.listKeys();
-  const state = keyStates(stored, now, leadMs).get(kid);
+  const state = keyStates(stored, now, timing.leadMs).get(kid);
   if (state === undefined) return { ok: false, reason: `there is no key ${kid}` };
   if (state === 'retired') return { ok: false, reason: `key ${kid} is already retired` };
   if (state === 'signing') return { ok: false, reason: `key ${kid} signs new tokens; rotate first, then retire it once the new key signs` };
+  // An instance holds the states of its last reload, up to reloadMs old: a key that signed then may sign there still.
+  if (keyStates(stored, now - timing.reloadMs, timing.leadMs).get(kid) === 'signing') {
+    return { ok: false, reason: `key ${kid} signed new tokens less than ${timing.reloadMs / 1000} s ago, and running instances may still sign with it; retire it later` };
+  }
   return (await store.retireKey(kid, now)) ? { ok: true } : { ok: false, reason: `key ${kid} could not be retired (retired meanwhile?)` };
 }

@@ -1,0 +1,74 @@
+/**
+ * `pinpoint check --probe` for the state store (DESIGN.md §2): reaches it without changing it. SQLite: the file
+ * opens read-only, or, before the first start, the folder it will be created in is writable; PostgreSQL: a connection
+ * answers a query.
+ */
+import { constants } from 'node:fs';
+import { access, stat } from 'node:fs/promises';
+import { dirname } from 'node:path';
+import type { StateConfig } from '../config/types.js';
+
+export interface StoreProbe {
+  readonly ok: boolean;
+  readonly detail: string;
+}
+
+const reason = (error: unknown): string => {
+  const cause = error instanceof Error && error.cause instanceof Error ? error.cause.message : undefined;
+  return cause ?? (error instanceof Error ? error.message : String(error));
+};
+
+/** The nearest existing folder on the way to `path`: where the first start creates what is missing. */
+async function nearestFolder(path: string): Promise<string> {
+  for (let folder = dirname(path); ; folder = dirname(folder)) {
+    if (await stat(folder).then(() => true, () => false)) return folder;
+    if (dirname(folder) === folder) return folder;
+  }
+}
+
+async function probeSqlite(path: string): Promise<StoreProbe> {
+  const exists = await stat(path).then((found) => found.isFile(), () => false);
+  if (!exists) {
+    const folder = await nearestFolder(path);
+    try {
+      await access(folder, constants.W_OK | constants.X_OK);
+      return { ok: true, detail: `no database yet; it will be created in ${folder} at the first start` };
+    } catch {
+      return { ok: false, detail: `no database yet, and ${folder} is not writable, so none can be created` };
+    }
+  }
+  const { default: Database } = await import('better-sqlite3');
+  try {
+    const db = new Database(path, { readonly: true, fileMustExist: true, timeout: 2000 });
+    try {
+      // Reading the schema fails on a file that is not a database.
+      const tables = (db.prepare("SELECT count(*) AS n FROM sqlite_master WHERE type = 'table'").get() as { n: number }).n;
+      return { ok: true, detail: `the database opens (${tables} tables)` };
+    } finally {
+      db.close();
+    }
+  } catch (error) {
+    return { ok: false, detail: `${path} cannot be read as a database (${reason(error)})` };
+  }
+}
+
+async function probePostgres(state: Extract<StateConfig, { kind: 'postgres' }>): Promise<StoreProbe> {
+  const { PostgresStore } = await import('./postgres.js');
+  // The constructor connects nothing and migrates nothing; ping runs one SELECT.
+  const store = new PostgresStore(state);
+  try {
+    await store.ping();
+    return { ok: true, detail: 'a connection answers' };
+  } catch (error) {
+    return { ok: false, detail: `no connection (${reason(error)})` };
+  } finally {
+    await store.close();
+  }
+}
+
+/** Whether the store the `state` block names can be reached; undefined for memory state (nothing to reach). */
+export async function probeStore(state: StateConfig): Promise<StoreProbe | undefined> {
+  if (state.kind === 'sqlite') return probeSqlite(state.path);
+  if (state.kind === 'postgres') return probePostgres(state);
+  return undefined;
+}
