@@ -82,7 +82,7 @@ export async function buildApp(options: BuildAppOptions): Promise<{ app: Fastify
     },
     requestIdHeader: false,
     return503OnClosing: true,
-    clientErrorHandler: clientErrorHandler(options.config.basePath),
+    clientErrorHandler: clientErrorHandler(options.config.basePath, logger),
     ...(options.https ? { https: options.https } : {}),
   }) as unknown as FastifyInstance;
 

@@ -2,6 +2,7 @@
 import assert from 'node:assert/strict';
 import { connect } from 'node:net';
 import { after, before, describe, test } from 'node:test';
+import pino from 'pino';
 import { STORE_KINDS } from './helpers/databases.js';
 import { basic, cookieJar, form, hiddenInput, postToken, SECRET, type TestApp, testApp, webappAuthorizeUrl } from './helpers/app.js';
 
@@ -49,6 +50,29 @@ describe('requests Node\'s HTTP parser refuses', () => {
     assert.match(answer, /\r\nConnection: close\r\n/i);
     assert.match(answer, /frame-ancestors 'none'/);
     assert.match(answer, /<!doctype html>[\s\S]*invalid_request/);
+  });
+
+  test('a refused request is named like every answer: X-Request-Id, and one access line with that id', async () => {
+    const lines: Record<string, unknown>[] = [];
+    const logger = pino({ level: 'info' }, { write: (line: string) => void lines.push(JSON.parse(line) as Record<string, unknown>) });
+    const logged = await testApp({ logger });
+    try {
+      await logged.app.listen({ host: '127.0.0.1', port: 0 });
+      const loggedPort = (logged.app.server.address() as { port: number }).port;
+      const answer = await exchange(loggedPort, raw('GET /authorize?secret=hunter2 HTTP/1.1\r\nHost: 127.0.0.1\r\nthis line is no header\r\n\r\n'));
+      const requestId = /\r\nX-Request-Id: ([0-9a-f-]{36})\r\n/i.exec(answer)?.[1];
+      assert.ok(requestId, answer);
+      const line = lines.find((record) => record.reqId === requestId);
+      assert.ok(line, JSON.stringify(lines));
+      assert.equal(line.msg, 'request');
+      assert.equal(line.method, 'GET');
+      assert.equal(line.path, '/authorize');
+      assert.equal(line.status, 400);
+      assert.equal(line.outcome, 'malformed_request');
+      assert.ok(!JSON.stringify(lines).includes('hunter2'), 'never the query');
+    } finally {
+      await logged.app.close();
+    }
   });
 
   test('a refused request followed by more pipelined data: the answer is read whole, not reset', async () => {

@@ -39,6 +39,7 @@ describe('/metrics', () => {
     const first = (await exchangeCode(t.app, await signInForCode(t.app))).json().refresh_token as string;
     assert.equal((await refresh(t.app, first)).statusCode, 200);
     assert.equal((await refresh(t.app, first)).statusCode, 400, 'reuse');
+    assert.equal((await t.app.inject({ url: '/no-such-endpoint' })).statusCode, 404);
 
     const response = await fetch(url);
     assert.equal(response.status, 200);
@@ -52,6 +53,7 @@ describe('/metrics', () => {
     assert.equal(value('pinpoint_tokens_issued_total', { grant_type: 'refresh_token' }), 1);
     assert.equal(value('pinpoint_oauth_errors_total', { code: 'invalid_client' }), 1);
     assert.equal(value('pinpoint_oauth_errors_total', { code: 'invalid_grant' }), 1);
+    assert.equal(value('pinpoint_oauth_errors_total'), 2, 'a 404 is no OAuth error');
     assert.equal(value('pinpoint_refresh_reuse_detected_total'), 1);
     assert.ok(value('pinpoint_http_requests_total', { route: '/token', status: '200' }) >= 3);
     assert.ok(value('pinpoint_http_request_duration_seconds_count', { route: '/token' }) >= 5);

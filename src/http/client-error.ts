@@ -3,7 +3,9 @@
  * 400 in the contract's shape with `Connection: close`, and the socket closed only after the answer is flushed
  * and what the client sent is drained, so a keep-alive client reads the answer instead of a reset (DESIGN.md §4).
  */
+import { randomUUID } from 'node:crypto';
 import type { Socket } from 'node:net';
+import { bounded } from '../log.js';
 import { errorPageHtml, RAW_PAGE_HEADERS } from './pages.js';
 
 /** DESIGN.md §4: these answer JSON; every other path is a page. */
@@ -25,8 +27,16 @@ const STATUS: Record<string, { status: number; reason: string; description: stri
   HPE_HEADER_OVERFLOW: { status: 431, reason: 'Request Header Fields Too Large', description: 'the request headers are too large' },
 };
 
-/** Fastify's clientErrorHandler for a server whose routes live under `basePath`. */
-export function clientErrorHandler(basePath: string): (error: Error & { code?: string; rawPacket?: unknown }, socket: Socket) => void {
+/** Where the access line of a refused request goes (the app's logger). */
+export interface AccessLog {
+  info(fields: Record<string, unknown>, message: string): void;
+}
+
+/**
+ * Fastify's clientErrorHandler for a server whose routes live under `basePath`. Like every answer, it names its
+ * request (X-Request-Id) and writes one access line (DESIGN.md §10): the socket's address, no header being trusted.
+ */
+export function clientErrorHandler(basePath: string, log: AccessLog): (error: Error & { code?: string; rawPacket?: unknown }, socket: Socket) => void {
   return (error, socket) => {
     if (error.code === 'ECONNRESET' || socket.destroyed) return;
     const { status, reason, description } = STATUS[error.code ?? ''] ?? { status: 400, reason: 'Bad Request', description: 'the request is malformed' };
@@ -36,7 +46,10 @@ export function clientErrorHandler(basePath: string): (error: Error & { code?: s
     const path = /^[A-Z]+ (\/[^ ?\r\n]*)/.exec(raw)?.[1] ?? '';
     const api = isApiPath(path, basePath);
     const body = api ? JSON.stringify({ error: 'invalid_request', error_description: description }) : errorPageHtml('invalid_request', description);
-    const headers = api ? ['Content-Type: application/json; charset=utf-8', 'Cache-Control: no-store'] : [...RAW_PAGE_HEADERS];
+    const requestId = randomUUID();
+    const headers = [...(api ? ['Content-Type: application/json; charset=utf-8', 'Cache-Control: no-store'] : RAW_PAGE_HEADERS), `X-Request-Id: ${requestId}`];
+    const method = /^([A-Z]{1,16}) /.exec(raw)?.[1];
+    log.info({ reqId: requestId, ...(method !== undefined && { method }), path: bounded(path), status, address: socket.remoteAddress, outcome: 'malformed_request' }, 'request');
     if (socket.writable) {
       socket.end(
         `HTTP/1.1 ${status} ${reason}\r\n${headers.join('\r\n')}\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,

@@ -35,6 +35,14 @@ export function createMetrics(options: { processMetrics: boolean }): Metrics {
   };
 }
 
+/** The error codes of the OAuth registries (RFC 6749, 6750, 7591, 8628, 8707, OpenID Connect) this server answers. */
+const OAUTH_ERROR_CODES = new Set([
+  'invalid_request', 'invalid_client', 'invalid_grant', 'unauthorized_client', 'unsupported_grant_type', 'invalid_scope',
+  'unsupported_response_type', 'access_denied', 'server_error', 'temporarily_unavailable', 'invalid_target', 'invalid_token',
+  'authorization_pending', 'slow_down', 'expired_token', 'invalid_redirect_uri', 'invalid_client_metadata', 'login_required',
+  'consent_required', 'interaction_required',
+]);
+
 /** What the access hook records of one answered request. */
 export type RequestRecorder = (request: FastifyRequest, reply: FastifyReply) => void;
 
@@ -58,7 +66,8 @@ export function requestRecorder(metrics: Metrics): RequestRecorder {
     requests.inc({ method: request.method, route, status: String(reply.statusCode) });
     duration.observe({ route }, reply.elapsedTime / 1000);
     const outcome = request.outcome;
-    if (reply.statusCode >= 400 && outcome !== undefined) metrics.oauthErrors.inc({ code: outcome.slice(0, 64) });
+    // Page outcomes (a wrong password, a 404) are not OAuth errors; the request counter has them by status.
+    if (reply.statusCode >= 400 && outcome !== undefined && OAUTH_ERROR_CODES.has(outcome)) metrics.oauthErrors.inc({ code: outcome });
   };
 }
 
