@@ -2,7 +2,9 @@
  * Pinpoint's modules as `npm start` runs them: compiled by tsc into dist/ (`npm run bench` builds first),
  * not transpiled on load by tsx, whose output differs (e.g. a __name() call each time a named closure is made).
  */
-const built = (module: string): string => new URL(`../dist/${module}.js`, import.meta.url).href;
+// BENCH_PINPOINT_DIST: another build's dist/ folder (run.ts --baseline), to compare two builds side by side.
+const dist = process.env.BENCH_PINPOINT_DIST === undefined ? new URL('../dist/', import.meta.url) : new URL(`file://${process.env.BENCH_PINPOINT_DIST.replace(/\/?$/, '/')}`);
+const built = (module: string): string => new URL(`${module}.js`, dist).href;
 
 /** The module that signs every JWT (bench/legacy-signing.ts swaps it for the "jose cost" line). */
 export const JWT_MODULE = built('crypto/jwt');

@@ -12,6 +12,9 @@
  *   npm run bench -- --keep           keep the temp folder (databases, access logs, pools, profiles)
  *   npm run bench -- --only A,B       only these cases (names as in the table, `scale` or `postgres`); no RESULTS.md
  *   npm run bench -- --connections 16 only this concurrency (default 1,16); no RESULTS.md
+ *   npm run bench -- --baseline DIR   A/B: Pinpoint (SQLite) as built now against the build in DIR (another checkout's dist/),
+ *                                     interleaved, and no other server; no RESULTS.md
+ *   npm run bench -- --rounds N       N rounds of A B C C B A per case (default 2); with other than 2, no RESULTS.md
  *   npm run bench -- --variant FILE   also run "pinpoint variant": SQLite through the SqliteStore FILE exports, interleaved
  *                                     with the others, to measure a store change before making it in src/; no RESULTS.md
  *
@@ -57,6 +60,8 @@ const { values: options } = parseArgs({
     connections: { type: 'string' },
     perf: { type: 'boolean', default: false },
     variant: { type: 'string' },
+    baseline: { type: 'string' },
+    rounds: { type: 'string', default: '2' },
   },
   strict: true,
 });
@@ -64,7 +69,7 @@ const smoke = options.smoke === true;
 const only = options.only?.split(',');
 const selected = (name: string): boolean => only === undefined || only.includes(name);
 const concurrencies = (options.connections ?? '1,16').split(',').map(Number);
-const partial = only !== undefined || options.connections !== undefined || options.variant !== undefined;
+const partial = only !== undefined || options.connections !== undefined || options.variant !== undefined || options.baseline !== undefined || options.rounds !== '2';
 
 /** Seconds: warm-up per server and case, one measured segment, and the segment order per case. */
 const timing = smoke
@@ -72,10 +77,10 @@ const timing = smoke
   : {
       warmup: 2,
       segment: 2.5,
-      // A B C C B A A B C C B A: 4 segments of 2.5 s = 10 s measured per server.
+      // A B C C B A A B C C B A (--rounds 2, the default): 4 segments of 2.5 s = 10 s measured per server.
       order: <T>(servers: readonly T[]): T[] => {
         const back = [...servers].reverse();
-        return [...servers, ...back, ...servers, ...back];
+        return Array.from({ length: Number(options.rounds) }, () => [...servers, ...back]).flat();
       },
     };
 const SCALE = smoke ? { small: 10_000, large: 20_000 } : { small: 10_000, large: 1_000_000 };
@@ -88,6 +93,7 @@ type ServerName =
   | 'pinpoint-sqlite'
   | 'pinpoint-memory'
   | 'pinpoint-variant'
+  | 'pinpoint-baseline'
   | 'pinpoint-legacy-signing'
   | 'oidc-provider'
   | 'floor'
@@ -605,6 +611,31 @@ async function runPostgres(): Promise<PostgresResult> {
   }
 }
 
+/** --baseline: this build against another build's dist/, both on SQLite, each case interleaved; the ratio per case. */
+async function baselineRun(dist: string): Promise<number> {
+  const [current, baseline] = await Promise.all([
+    startServer('pinpoint-sqlite', 'pinpoint-server.ts', pinpointEnv('sqlite', join(temp, 'pinpoint.db'))),
+    startServer('pinpoint-baseline', 'pinpoint-server.ts', { ...pinpointEnv('sqlite', join(temp, 'baseline.db')), BENCH_PINPOINT_DIST: dist }),
+  ]);
+  const peers = [
+    { label: 'pinpoint sqlite', server: current },
+    { label: 'pinpoint baseline', server: baseline },
+  ];
+  const rows: Row[] = [];
+  for (const caseName of CASES.filter(selected)) {
+    for (const connections of concurrencies) rows.push(...(await runCase(caseName, connections, participantsFor(caseName, peers))));
+  }
+  log('');
+  const refused = printReport(rows, [], undefined, undefined, pinned, log);
+  for (const caseName of CASES.filter(selected)) {
+    for (const connections of concurrencies) {
+      const rate = (label: string): number => rows.find((row) => row.caseName === caseName && row.connections === connections && row.server === label)?.rate ?? Number.NaN;
+      log(`baseline ${caseName} c=${connections}: ${rate('pinpoint sqlite').toFixed(0)} / ${rate('pinpoint baseline').toFixed(0)} = ${(rate('pinpoint sqlite') / rate('pinpoint baseline')).toFixed(3)}`);
+    }
+  }
+  return refused > 0 ? 1 : 0;
+}
+
 async function main(): Promise<number> {
   await driver.ready;
   if (options.profile !== undefined) {
@@ -613,6 +644,7 @@ async function main(): Promise<number> {
     return 0;
   }
 
+  if (options.baseline !== undefined) return baselineRun(options.baseline);
   log('starting servers (each in its own process, pinned to core 0; driver on core 1)');
   const joseCost = selected('client_credentials') && concurrencies.includes(16);
   const [sqlite, memory, oidc, floor, legacy] = await Promise.all([
