@@ -249,6 +249,12 @@ function printWarnings(warnings: readonly string[]): void {
   for (const warning of warnings) process.stderr.write(`warning: ${warning}\n`);
 }
 
+// A reader that stops early (`pinpoint keys list | head -1`) closes the pipe: end quietly, as Unix tools do, not with a stack trace.
+process.stdout.on('error', (error: NodeJS.ErrnoException) => {
+  if (error.code !== 'EPIPE') throw error;
+  process.exit(process.exitCode ?? 0);
+});
+
 try {
   process.exitCode = await main(process.argv.slice(2));
 } catch (error) {

@@ -84,6 +84,20 @@ describe('pinpoint keys and grants on a SQLite file a server is using', () => {
     assert.match(human.stdout, /ES256 {2}\d{4}-\d\d-\d\dT.* {2}signing/);
   });
 
+  test('a reader that closes the pipe early (keys list | head) ends the command quietly: no stack trace, exit 0', async () => {
+    const child = spawn(process.execPath, ['--import', 'tsx', CLI, 'keys', 'list', ...config()], { env: { ...process.env, PINPOINT_CONFIG: '' }, stdio: ['ignore', 'pipe', 'pipe'] });
+    let stderr = '';
+    child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+    // Closed before the command writes: its first write meets a closed pipe (EPIPE).
+    child.stdout.destroy();
+    const code = await new Promise<number | null>((resolve, reject) => {
+      child.on('error', reject);
+      child.on('close', resolve);
+    });
+    assert.equal(stderr, '');
+    assert.equal(code, 0);
+  });
+
   test('backup --to FILE: a consistent copy while the server runs, which opens as a Pinpoint database; never overwrites', async () => {
     await signInForTokens(deployment.baseUrl);
     const to = join(deployment.folder, 'backup.db');
