@@ -127,6 +127,25 @@ for (const kind of STORE_KINDS) {
       assert.equal((await introspect(access, unencoded('wrong'))).statusCode, 401);
     });
 
+    test('guessing a secret at /introspect or /revoke is limited per address: 429 with Retry-After there, the right secret still works from another address', async () => {
+      const limited = await testApp({ store: t.store, config: await config(), limits: { clientFailures: 3, addressFailures: 100 } });
+      try {
+        const { access } = await tokens(API);
+        const post = (url: string, auth: string, address: string): Promise<LightMyRequestResponse> =>
+          limited.app.inject({ method: 'POST', url, remoteAddress: address, headers: { 'content-type': 'application/x-www-form-urlencoded', authorization: auth }, payload: form([['token', access]]) });
+        for (const [url, id, secret] of [['/introspect', API, RS_SECRET], ['/revoke', 'webapp', SECRET]] as const) {
+          for (let i = 0; i < 3; i += 1) assert.equal((await post(url, basic(id, 'guess'), '192.0.2.7')).statusCode, 401, url);
+          const blocked = await post(url, basic(id, secret), '192.0.2.7');
+          assert.equal(blocked.statusCode, 429, `${url}: ${blocked.body}`);
+          assert.ok(Number(blocked.headers['retry-after']) > 0, url);
+          const elsewhere = await post(url, basic(id, secret), '198.51.100.9');
+          assert.equal(elsewhere.statusCode, 200, `${url}: ${elsewhere.body}`);
+        }
+      } finally {
+        await limited.app.close();
+      }
+    });
+
     test('revoking a refresh token revokes its grant: refresh tokens stop, access tokens turn inactive at once', async () => {
       const grant = await tokens(API);
       const rotated = await refresh(t.app, grant.refresh);
