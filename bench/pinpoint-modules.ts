@@ -2,8 +2,12 @@
  * Pinpoint's modules as `npm start` runs them: compiled by tsc into dist/ (`npm run bench` builds first),
  * not transpiled on load by tsx, whose output differs (e.g. a __name() call each time a named closure is made).
  */
+import { resolve } from 'node:path';
+import { pathToFileURL } from 'node:url';
+
 // BENCH_PINPOINT_DIST: another build's dist/ folder (run.ts --baseline), to compare two builds side by side.
-const dist = process.env.BENCH_PINPOINT_DIST === undefined ? new URL('../dist/', import.meta.url) : new URL(`file://${process.env.BENCH_PINPOINT_DIST.replace(/\/?$/, '/')}`);
+const otherDist = process.env.BENCH_PINPOINT_DIST;
+const dist = otherDist === undefined ? new URL('../dist/', import.meta.url) : pathToFileURL(`${resolve(otherDist)}/`);
 const built = (module: string): string => new URL(`${module}.js`, dist).href;
 
 /** The module that signs every JWT (bench/legacy-signing.ts swaps it for the "jose cost" line). */

@@ -69,7 +69,10 @@ const smoke = options.smoke === true;
 const only = options.only?.split(',');
 const selected = (name: string): boolean => only === undefined || only.includes(name);
 const concurrencies = (options.connections ?? '1,16').split(',').map(Number);
-const partial = only !== undefined || options.connections !== undefined || options.variant !== undefined || options.baseline !== undefined || options.rounds !== '2';
+const rounds = Number(options.rounds);
+if (!Number.isInteger(rounds) || rounds < 1) throw new Error(`--rounds takes a whole number of at least 1, not "${options.rounds}"`);
+// RESULTS.md holds full runs only: every case, both concurrencies, the default rounds, no extra server.
+const partial = only !== undefined || options.connections !== undefined || options.variant !== undefined || options.baseline !== undefined || rounds !== 2;
 
 /** Seconds: warm-up per server and case, one measured segment, and the segment order per case. */
 const timing = smoke
@@ -80,7 +83,7 @@ const timing = smoke
       // A B C C B A A B C C B A (--rounds 2, the default): 4 segments of 2.5 s = 10 s measured per server.
       order: <T>(servers: readonly T[]): T[] => {
         const back = [...servers].reverse();
-        return Array.from({ length: Number(options.rounds) }, () => [...servers, ...back]).flat();
+        return Array.from({ length: rounds }, () => [...servers, ...back]).flat();
       },
     };
 const SCALE = smoke ? { small: 10_000, large: 20_000 } : { small: 10_000, large: 1_000_000 };
