@@ -95,18 +95,27 @@ function cells(row: Row): string[] {
   ];
 }
 
-/** The ratio lines (exact form, for scripts), or `refused` when either side had an error. */
+/** One ratio line (exact form, for scripts), or `refused` when either side had an error. */
+function ratioLine(prefix: string, pinpoint: Row | undefined, other: Row | undefined, digits = 2): string {
+  if (pinpoint === undefined || other === undefined) return `${prefix}: missing`;
+  if (pinpoint.errors > 0 || other.errors > 0) return `${prefix}: refused (${pinpoint.errors + other.errors} errors)`;
+  return `${prefix}: ${Math.round(pinpoint.rate)} / ${Math.round(other.rate)} = ${(pinpoint.rate / other.rate).toFixed(digits)}`;
+}
+
+/** The ratio lines of a full run. */
 export function ratioLines(rows: readonly Row[]): string[] {
-  const line = (prefix: string, pinpoint: Row | undefined, other: Row | undefined): string => {
-    if (pinpoint === undefined || other === undefined) return `${prefix}: missing`;
-    if (pinpoint.errors > 0 || other.errors > 0) return `${prefix}: refused (${pinpoint.errors + other.errors} errors)`;
-    return `${prefix}: ${Math.round(pinpoint.rate)} / ${Math.round(other.rate)} = ${(pinpoint.rate / other.rate).toFixed(2)}`;
-  };
   return [
-    ...CASES.map((caseName) => line(`ratio ${caseName}`, find(rows, caseName, PINPOINT), find(rows, caseName, PEER))),
-    line('floor client_credentials', find(rows, 'client_credentials', PINPOINT), find(rows, 'client_credentials', FLOOR)),
-    line('jose cost', find(rows, 'client_credentials', PINPOINT), find(rows, 'client_credentials', LEGACY_SIGNING)),
+    ...CASES.map((caseName) => ratioLine(`ratio ${caseName}`, find(rows, caseName, PINPOINT), find(rows, caseName, PEER))),
+    ratioLine('floor client_credentials', find(rows, 'client_credentials', PINPOINT), find(rows, 'client_credentials', FLOOR)),
+    ratioLine('jose cost', find(rows, 'client_credentials', PINPOINT), find(rows, 'client_credentials', LEGACY_SIGNING)),
   ];
+}
+
+/** run.ts --baseline: `current` against `baseline` for every case and concurrency measured (three digits: A/B steps are small). */
+export function baselineLines(rows: readonly Row[], current: string, baseline: string): string[] {
+  return rows
+    .filter((row) => row.server === current)
+    .map((row) => ratioLine(`baseline ${row.caseName} c=${row.connections}`, row, find(rows, row.caseName, baseline, row.connections), 3));
 }
 
 /** What `jose cost` compares, in one sentence. */
@@ -173,6 +182,7 @@ export function printReport(
   postgres: PostgresResult | undefined,
   pinned: boolean,
   log: (line: string) => void,
+  ratios: readonly string[] = ratioLines(rows),
 ): number {
   const postgresRows = postgres === undefined || 'skipped' in postgres ? [] : postgres.rows;
   const all = [...rows, ...scaleRows, ...postgresRows];
@@ -180,7 +190,7 @@ export function printReport(
   log(`(req/s: mean over the measured segments; spread: half the range of segment rates; warm: first second / segment rate, mean over segments;${pinned ? '' : ' NOT PINNED;'} cpu: share of one core)`);
   for (const row of all.filter((r) => r.errors > 0)) log(`refused ${row.caseName} c=${row.connections} ${row.server}: ${row.firstError ?? `${row.errors} errors`}`);
   log('');
-  for (const line of ratioLines(rows)) log(line);
+  for (const ratio of ratios) log(ratio);
   if (scale !== undefined) for (const line of scaleLines(scaleRows, scale)) log(line);
   if (postgres !== undefined) for (const line of postgresLines(postgres)) log(line);
   for (const row of postgresRows) log(`postgres ${row.server} cpu: ${postgresCpu(row)}`);

@@ -38,6 +38,7 @@ import { createBenchDatabase, describeServer, serverAddress, type BenchDatabase 
 import { cpuOfNamed, cpuSeconds, DRIVER_CORE, machineTicks, Peer, pinSelf, residentMemory, runScript, SERVER_CORE } from './processes.js';
 import { summariseProfile } from './profile.js';
 import {
+  baselineLines,
   CASES,
   evaluateTargets,
   LEGACY_SIGNING,
@@ -629,13 +630,7 @@ async function baselineRun(dist: string): Promise<number> {
     for (const connections of concurrencies) rows.push(...(await runCase(caseName, connections, participantsFor(caseName, peers))));
   }
   log('');
-  const refused = printReport(rows, [], undefined, undefined, pinned, log);
-  for (const caseName of CASES.filter(selected)) {
-    for (const connections of concurrencies) {
-      const rate = (label: string): number => rows.find((row) => row.caseName === caseName && row.connections === connections && row.server === label)?.rate ?? Number.NaN;
-      log(`baseline ${caseName} c=${connections}: ${rate('pinpoint sqlite').toFixed(0)} / ${rate('pinpoint baseline').toFixed(0)} = ${(rate('pinpoint sqlite') / rate('pinpoint baseline')).toFixed(3)}`);
-    }
-  }
+  const refused = printReport(rows, [], undefined, undefined, pinned, log, baselineLines(rows, 'pinpoint sqlite', 'pinpoint baseline'));
   return refused > 0 ? 1 : 0;
 }
 
