@@ -1,11 +1,39 @@
+/**
+ * Every error code Pinpoint answers with: RFC 6749 §4.1.2.1 and §5.2, RFC 8628 §3.5, RFC 7591 §3.2.2, OpenID Connect
+ * Core §3.1.2.6, RFC 9449 §5, plus `not_found` and `server_error` for the HTTP surface. A misspelt code does not compile.
+ */
+export type OAuthErrorCode =
+  | 'invalid_request'
+  | 'invalid_client'
+  | 'invalid_grant'
+  | 'unauthorized_client'
+  | 'unsupported_grant_type'
+  | 'unsupported_response_type'
+  | 'invalid_scope'
+  | 'invalid_target'
+  | 'access_denied'
+  | 'consent_required'
+  | 'login_required'
+  | 'request_not_supported'
+  | 'authorization_pending'
+  | 'slow_down'
+  | 'expired_token'
+  | 'invalid_client_metadata'
+  | 'invalid_redirect_uri'
+  | 'invalid_dpop_proof'
+  | 'invalid_token'
+  | 'temporarily_unavailable'
+  | 'server_error'
+  | 'not_found';
+
 /** The one error type of the HTTP surface: an OAuth error code, its description and HTTP status. */
 export class OAuthError extends Error {
-  readonly code: string;
+  readonly code: OAuthErrorCode;
   readonly description: string;
   readonly status: number;
   readonly headers: Readonly<Record<string, string>>;
 
-  constructor(code: string, description: string, status = 400, headers: Record<string, string> = {}) {
+  constructor(code: OAuthErrorCode, description: string, status = 400, headers: Record<string, string> = {}) {
     super(`${code}: ${description}`);
     this.name = 'OAuthError';
     this.code = code;
