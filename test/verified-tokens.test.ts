@@ -2,7 +2,8 @@
 import assert from 'node:assert/strict';
 import { before, describe, test } from 'node:test';
 import { signJwt, VerifiedAccessTokens } from '../src/crypto/jwt.js';
-import { loadSigningKeys, type SigningKeys } from '../src/crypto/keys.js';
+import type { SigningKeys } from '../src/crypto/keys.js';
+import { loadSigningKeys } from './helpers/keys.js';
 import { openStore } from '../src/store/open.js';
 
 const ISSUER = 'https://auth.example.org';

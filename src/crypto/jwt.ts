@@ -18,10 +18,7 @@ function headerOf(key: SigningKey, typ: TokenType): CompactJWSHeaderParameters {
   return header;
 }
 
-/**
- * A compact JWS of `claims`, signed by jose with the pre-imported CryptoKey. CompactSign on the serialised
- * claims skips SignJWT's claim-by-claim copying: about 15k ES256 signatures/s against SignJWT's 12k (bench/sign.ts).
- */
+/** A compact JWS of `claims`, signed by jose with the pre-imported CryptoKey; CompactSign skips SignJWT's claim-by-claim copying. */
 export function signJwt(key: SigningKey, typ: TokenType, claims: Readonly<Record<string, unknown>>): Promise<string> {
   return new CompactSign(encoder.encode(JSON.stringify(claims))).setProtectedHeader(headerOf(key, typ)).sign(key.privateKey);
 }

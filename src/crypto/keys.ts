@@ -37,7 +37,7 @@ export const SIGNING_ALGORITHMS: readonly SigningAlgorithm[] = ['ES256', 'RS256'
 export interface SigningKey {
   readonly kid: string;
   readonly alg: SigningAlgorithm;
-  /** Imported once as a CryptoKey: jose converts a KeyObject on every signature (about 40% slower, bench/sign.ts). */
+  /** Imported once as a CryptoKey: jose would convert a KeyObject on every signature. */
   readonly privateKey: CryptoKey;
   readonly publicKey: CryptoKey;
   readonly publicJwk: JWK;
@@ -196,11 +196,6 @@ export class KeyRing {
   stop(): void {
     clearInterval(this.#timer);
   }
-}
-
-/** Loads the keys once (tests and tools that need no reloading). */
-export async function loadSigningKeys(store: KeyStore, now = Date.now()): Promise<SigningKeys> {
-  return (await KeyRing.open(store, { now: () => now })).current;
 }
 
 /** `pinpoint keys rotate`: a new key per algorithm, published at once and signing after the lead time. */

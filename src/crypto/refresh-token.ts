@@ -1,4 +1,4 @@
-/** The refresh token format: `<grant id>.<secret>`, so the store finds a token by its grant (bench/RESULTS.md). */
+/** The refresh token format: `<grant id>.<secret>`, so the store finds a token by its grant in one indexed read. */
 import { digestOf } from './digest.js';
 import { randomText } from './random.js';
 

@@ -54,7 +54,7 @@ type OnRequestHook = (request: FastifyRequest, reply: FastifyReply, done: (error
 /**
  * @fastify/cors with our per-path policy (the delegator), returned as its onRequest hook for buildApp to call only for
  * requests that carry an Origin: browsers send one on every cross-origin request and preflight, while servers calling
- * /token send none and would pay the library's per-request option building (about 3 µs) for nothing. The plugin is
+ * /token send none and would pay the library's per-request option building for nothing. The plugin is
  * registered on a facade that hands its hook back instead of adding it; its OPTIONS route and request decorator go to
  * `app` as usual. `isClientOrigin` is asked on every request, so the set may grow (dynamic clients).
  */

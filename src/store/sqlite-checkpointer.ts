@@ -1,29 +1,42 @@
 /**
- * The SQLite checkpointer (a worker thread started by sqlite.ts): its own connection copies the WAL back into the
- * database file every `intervalMs`, so the copying and its fsyncs (synchronous=NORMAL syncs only at checkpoints)
- * stay off the event loop. Best effort: should it fail, the request path checkpoints (wal_autocheckpoint).
+ * The SQLite checkpointer, a worker thread whose own connection copies the WAL back into the database file every
+ * `intervalMs`, so the copying and its fsyncs (synchronous=NORMAL syncs only at checkpoints) stay off the event loop.
+ * Best effort: should it fail, the request path checkpoints (wal_autocheckpoint).
  */
-import { parentPort, workerData } from 'node:worker_threads';
-import Database from 'better-sqlite3';
+import { createRequire } from 'node:module';
+import { Worker } from 'node:worker_threads';
 
-export interface CheckpointerData {
+export interface CheckpointerOptions {
   readonly file: string;
   readonly busyTimeoutMs: number;
   readonly intervalMs: number;
 }
 
-const { file, busyTimeoutMs, intervalMs } = workerData as CheckpointerData;
-const db = new Database(file, { timeout: busyTimeoutMs });
+/**
+ * The thread's code, plain JavaScript run with `eval`: it starts the same way from the TypeScript sources and from
+ * dist/, with no loader (a worker gets no module hooks from its parent on Node 20).
+ */
+const CHECKPOINTER_SOURCE = `
+const { parentPort, workerData } = require('node:worker_threads');
+const Database = require(workerData.driver);
+const db = new Database(workerData.file, { timeout: workerData.busyTimeoutMs });
 db.pragma('synchronous = NORMAL');
 const timer = setInterval(() => {
   try {
-    // PASSIVE: copies what no reader still needs and never waits for a lock.
-    db.pragma('wal_checkpoint(PASSIVE)');
-  } catch {
-    // A busy or failing checkpoint is retried at the next tick.
-  }
-}, intervalMs);
-parentPort?.once('close', () => {
+    db.pragma('wal_checkpoint(PASSIVE)'); // PASSIVE: copies what no reader still needs and never waits for a lock.
+  } catch {}
+}, workerData.intervalMs);
+parentPort.once('close', () => {
   clearInterval(timer);
   db.close();
 });
+`;
+
+/** Starts the checkpointer thread; it does not keep the process alive, and its failures are ignored (best effort). */
+export function startCheckpointer(options: CheckpointerOptions): Worker {
+  const driver = createRequire(import.meta.url).resolve('better-sqlite3');
+  const worker = new Worker(CHECKPOINTER_SOURCE, { eval: true, workerData: { ...options, driver } });
+  worker.on('error', () => undefined);
+  worker.unref();
+  return worker;
+}

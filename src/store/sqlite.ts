@@ -1,12 +1,12 @@
 import { closeSync, mkdirSync, openSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
-import { Worker } from 'node:worker_threads';
+import type { Worker } from 'node:worker_threads';
 import Database from 'better-sqlite3';
 import { sqliteStatement } from './dialect.js';
 import type { Driver, Script, Written } from './driver.js';
 import { migrateSqlite } from './migrations.js';
 import type { Statement } from './sql.js';
-import type { CheckpointerData } from './sqlite-checkpointer.js';
+import { startCheckpointer } from './sqlite-checkpointer.js';
 import { SqlStore } from './sql-store.js';
 import { StoreUnavailableError } from './unavailable.js';
 
@@ -19,21 +19,9 @@ const CHECKPOINT_INTERVAL_MS = 250;
 /**
  * WAL pages (4 KiB) after which a commit checkpoints on the request path. Writers keep the WAL from being
  * fully copied while the checkpointer works, so this is what finally restarts it, finishing what the
- * checkpointer left: rarely, and with little to copy (bench/RESULTS.md).
+ * checkpointer left: rarely, and with little to copy.
  */
 const FALLBACK_AUTOCHECKPOINT_PAGES = 30_000;
-
-/**
- * Where the checkpointer thread starts: its module, sqlite-checkpointer.js, in dist/. Under tsx (the `.ts` sources,
- * as tests run) a start of one line registers tsx in the thread first: Node 20 workers get no module hooks from
- * their parent nor from execArgv, so they cannot load TypeScript by themselves.
- */
-function checkpointerEntry(): URL {
-  if (!import.meta.url.endsWith('.ts')) return new URL('./sqlite-checkpointer.js', import.meta.url);
-  const module = new URL('./sqlite-checkpointer.ts', import.meta.url).href;
-  const start = `const { register } = await import(${JSON.stringify(import.meta.resolve('tsx/esm/api'))}); register(); await import(${JSON.stringify(module)});`;
-  return new URL(`data:text/javascript,${encodeURIComponent(start)}`);
-}
 
 /** SQLite primary result codes that mean "the database cannot serve now", not "this request is wrong". */
 const UNAVAILABLE_CODES = new Set([
@@ -122,10 +110,7 @@ class SqliteDriver implements Driver {
         }
       }),
     );
-    const workerData: CheckpointerData = { file, busyTimeoutMs: BUSY_TIMEOUT_MS, intervalMs: CHECKPOINT_INTERVAL_MS };
-    this.#checkpointer = new Worker(checkpointerEntry(), { workerData });
-    this.#checkpointer.on('error', () => undefined);
-    this.#checkpointer.unref();
+    this.#checkpointer = startCheckpointer({ file, busyTimeoutMs: BUSY_TIMEOUT_MS, intervalMs: CHECKPOINT_INTERVAL_MS });
   }
 
   async read<R>(statement: Statement, values: readonly unknown[]): Promise<R[]> {
@@ -186,8 +171,7 @@ class SqliteDriver implements Driver {
    * Group commit: a write waits for the end of the event-loop turn and commits in one transaction with
    * every write queued in that turn; one failing write leaves the others whole (each is a statement, atomic by
    * itself, or a script's savepoint). It resolves only once committed (DESIGN.md §6: no answer before its state
-   * change is), and a commit writes the WAL pages its writes share once, so under load a write costs far less
-   * (bench/RESULTS.md).
+   * change is), and a commit writes the WAL pages its writes share once, so under load a write costs far less.
    */
   #write<T>(run: () => T): Promise<T> {
     return new Promise<T>((resolve, reject) => {

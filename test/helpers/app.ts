@@ -7,7 +7,7 @@ import type { ClientRecord, Config, UserRecord } from '../../src/config/types.js
 import { hashPassword } from '../../src/crypto/password.js';
 import { MemoryStore } from '../../src/store/memory.js';
 import type { Store } from '../../src/store/types.js';
-import { loadSigningKeys } from '../../src/crypto/keys.js';
+import { loadSigningKeys } from './keys.js';
 
 export const ISSUER = 'http://127.0.0.1:8080';
 export const REDIRECT = 'http://127.0.0.1:9000/callback';
