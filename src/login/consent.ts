@@ -127,15 +127,15 @@ ${signOutForm(ctx.config.basePath, csrf)}`,
       request.outcome = 'ok';
       request.log.info(
         {
-        audit: true,
-        event: 'consent',
-        outcome: 'given',
-        subject: session.subject,
-        client_id: bounded(client.clientId),
-        scope: allowed.scope.join(' '),
-        resources: allowed.wholeAudience ? 'all' : allowed.resources,
-        redirect_origin: bounded(redirectOrigin),
-      },
+          audit: true,
+          event: 'consent',
+          outcome: 'given',
+          subject: session.subject,
+          client_id: bounded(client.clientId),
+          scope: allowed.scope.join(' '),
+          resources: allowed.wholeAudience ? 'all' : allowed.resources,
+          redirect_origin: bounded(redirectOrigin),
+        },
         'consent given',
       );
       return pageHeaders(reply).redirect(`${ctx.config.basePath}/authorize/resume?login=${record.id}`, 303);
