@@ -97,9 +97,12 @@ const makeRegisteredClient = (now: number, overrides: Partial<RegisteredClientRe
   ...overrides,
 });
 
+const CONSENT_ORIGIN = 'https://app.example.org';
+
 const makeConsent = (subject: string, clientId: string, now: number, overrides: Partial<ConsentRecord> = {}): ConsentRecord => ({
   subject,
   clientId,
+  redirectOrigin: CONSENT_ORIGIN,
   scope: ['openid', 'mcp:tools', 'offline_access'],
   resources: ['https://mcp.example.org/mcp', 'https://api.example.org/'],
   wholeAudience: false,
@@ -296,7 +299,7 @@ async function assertVersionFourKept(store: Store, inspect: StoreInspector, kept
     assert.deepEqual(await store.findRegisteredClient(client.clientId), client);
     const consent = makeConsent(grant.subject, client.clientId, now);
     await store.saveConsent(consent);
-    assert.deepEqual(await store.findConsent(grant.subject, client.clientId), consent);
+    assert.deepEqual(await store.findConsent(grant.subject, client.clientId, CONSENT_ORIGIN), consent);
 
     assert.ok((await inspect.indexes('registered_clients')).includes('registered_clients_expires_at'));
     assert.ok((await inspect.indexes('consents')).includes('consents_client_id'));
@@ -1208,7 +1211,7 @@ function storeSuite(name: string, backend: () => Backend): void {
       assert.deepEqual(await store.findRegisteredClient(confidential.clientId), confidential, 'others untouched');
     });
 
-    it('remembers one consent per person and client, replacing it when saved again', async () => {
+    it('remembers one consent per person, client and redirect origin, replacing it when saved again', async () => {
       const store = await open();
       const now = Date.now();
       const consent = makeConsent('alice', 'dyn-a', now);
@@ -1217,11 +1220,11 @@ function storeSuite(name: string, backend: () => Backend): void {
       await store.saveConsent(whole);
       const bob = makeConsent('bob', 'dyn-a', now, { scope: ['openid'] });
       await store.saveConsent(bob);
-      assert.deepEqual(await store.findConsent('alice', 'dyn-a'), consent);
-      assert.deepEqual(await store.findConsent('alice', 'dyn-b'), whole);
-      assert.deepEqual(await store.findConsent('bob', 'dyn-a'), bob);
-      assert.equal(await store.findConsent('carol', 'dyn-a'), undefined);
-      assert.equal(await store.findConsent('alice', 'dyn-c'), undefined);
+      assert.deepEqual(await store.findConsent('alice', 'dyn-a', CONSENT_ORIGIN), consent);
+      assert.deepEqual(await store.findConsent('alice', 'dyn-b', CONSENT_ORIGIN), whole);
+      assert.deepEqual(await store.findConsent('bob', 'dyn-a', CONSENT_ORIGIN), bob);
+      assert.equal(await store.findConsent('carol', 'dyn-a', CONSENT_ORIGIN), undefined);
+      assert.equal(await store.findConsent('alice', 'dyn-c', CONSENT_ORIGIN), undefined);
 
       const wider = makeConsent('alice', 'dyn-a', now + MINUTE, {
         scope: ['openid', 'mcp:tools', 'offline_access', 'profile'],
@@ -1229,13 +1232,23 @@ function storeSuite(name: string, backend: () => Backend): void {
         wholeAudience: true,
       });
       await store.saveConsent(wider);
-      assert.deepEqual(await store.findConsent('alice', 'dyn-a'), wider, 'replaced, order kept');
+      assert.deepEqual(await store.findConsent('alice', 'dyn-a', CONSENT_ORIGIN), wider, 'replaced, order kept');
       await store.saveConsent(consent);
-      assert.deepEqual(await store.findConsent('alice', 'dyn-a'), consent, 'wholeAudience back to false');
-      assert.deepEqual(await store.findConsent('bob', 'dyn-a'), bob, 'others untouched');
+      assert.deepEqual(await store.findConsent('alice', 'dyn-a', CONSENT_ORIGIN), consent, 'wholeAudience back to false');
+      assert.deepEqual(await store.findConsent('bob', 'dyn-a', CONSENT_ORIGIN), bob, 'others untouched');
       const writes = await Promise.all(Array.from({ length: 10 }, (_, i) => store.saveConsent(makeConsent('dave', 'dyn-a', now + i))));
       assert.equal(writes.length, 10);
-      assert.ok((await store.findConsent('dave', 'dyn-a')) !== undefined, 'parallel saves of one consent all succeed');
+      assert.ok((await store.findConsent('dave', 'dyn-a', CONSENT_ORIGIN)) !== undefined, 'parallel saves of one consent all succeed');
+
+      // DESIGN.md §8: a consent counts for the redirect origin it was given for, and one origin's never replaces another's.
+      const loopback = makeConsent('alice', 'dyn-a', now, { redirectOrigin: 'http://127.0.0.1', scope: ['openid'] });
+      await store.saveConsent(loopback);
+      assert.deepEqual(await store.findConsent('alice', 'dyn-a', 'http://127.0.0.1'), loopback);
+      assert.deepEqual(await store.findConsent('alice', 'dyn-a', CONSENT_ORIGIN), consent, 'the other origin keeps its own');
+      assert.equal(await store.findConsent('alice', 'dyn-a', 'https://evil.example'), undefined);
+      assert.equal(await store.revokeGrants({ subject: 'alice', clientId: 'dyn-a' }), 0);
+      assert.equal(await store.findConsent('alice', 'dyn-a', 'http://127.0.0.1'), undefined, 'forgotten with the others of the client');
+      assert.equal(await store.findConsent('alice', 'dyn-a', CONSENT_ORIGIN), undefined);
     });
 
     it('forgets a client\'s consents with its registration and when its grants are revoked', async () => {
@@ -1250,7 +1263,7 @@ function storeSuite(name: string, backend: () => Backend): void {
           for (const clientId of [client.clientId, other.clientId, document]) await store.saveConsent(makeConsent(subject, clientId, now));
         }
       };
-      const has = async (subject: string, clientId: string) => (await store.findConsent(subject, clientId)) !== undefined;
+      const has = async (subject: string, clientId: string) => (await store.findConsent(subject, clientId, CONSENT_ORIGIN)) !== undefined;
       await saveAll();
 
       assert.equal(await store.deleteRegisteredClient(client.clientId), true);
@@ -1298,15 +1311,15 @@ function storeSuite(name: string, backend: () => Backend): void {
       await store.sweep(now);
 
       const kept = async (client: RegisteredClientRecord) =>
-        (await store.findRegisteredClient(client.clientId)) !== undefined && (await store.findConsent('alice', client.clientId)) !== undefined;
+        (await store.findRegisteredClient(client.clientId)) !== undefined && (await store.findConsent('alice', client.clientId, CONSENT_ORIGIN)) !== undefined;
       const gone = async (client: RegisteredClientRecord) =>
-        (await store.findRegisteredClient(client.clientId)) === undefined && (await store.findConsent('alice', client.clientId)) === undefined;
+        (await store.findRegisteredClient(client.clientId)) === undefined && (await store.findConsent('alice', client.clientId, CONSENT_ORIGIN)) === undefined;
       assert.ok(await gone(abandoned), 'expired, never had a grant');
       assert.ok(await gone(withExpiredGrant), 'its last grant went in the same sweep');
       assert.ok(await kept(withLiveGrant), 'expired but a grant of it lives');
       assert.ok(await kept(unexpired));
       for (const client of many.slice(0, 3)) assert.ok(await gone(client));
-      assert.ok((await store.findConsent('alice', document)) !== undefined, 'a consent of an unregistered client is not swept');
+      assert.ok((await store.findConsent('alice', document, CONSENT_ORIGIN)) !== undefined, 'a consent of an unregistered client is not swept');
       if (inspect !== undefined) {
         assert.equal(await inspect.rows('registered_clients'), 2);
         assert.equal(await inspect.rows('consents'), 3);
@@ -1467,7 +1480,7 @@ describe('sqlite', () => {
     const file = await oldDatabase(4, kept.rows);
     await assertVersionFourKept(new SqliteStore(file), sqliteInspector(file), kept);
     const check = new Database(file, { readonly: true });
-    assert.deepEqual((check.prepare('SELECT version FROM schema_migrations ORDER BY version').all() as { version: number }[]).map((row) => row.version), [1, 2, 3, 4, 5]);
+    assert.deepEqual((check.prepare('SELECT version FROM schema_migrations ORDER BY version').all() as { version: number }[]).map((row) => row.version), MIGRATIONS.map((migration) => migration.version));
     check.close();
   });
 
@@ -1604,7 +1617,7 @@ if (POSTGRES_URL === undefined) {
       const store = await openStore({ kind: 'postgres', url: urlOf(database), schema });
       await assertVersionFourKept(store, postgresInspector(urlOf(database), schema), kept);
       const versions = await admin(async (client) => (await client.query(`SELECT version FROM ${schema}.schema_migrations ORDER BY version`)).rows, urlOf(database));
-      assert.deepEqual(versions.map((row: { version: number }) => row.version), [1, 2, 3, 4, 5]);
+      assert.deepEqual(versions.map((row: { version: number }) => row.version), MIGRATIONS.map((migration) => migration.version));
     });
 
     it('opens twice at once on a fresh database: both succeed, one migration run, the same keys', async () => {

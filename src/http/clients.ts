@@ -7,10 +7,10 @@ import type { ClientRecord, Config, DynamicClientsConfig } from '../config/types
 import { randomText } from '../crypto/random.js';
 import { parseScope } from '../policy/scope.js';
 import type { RegisteredClientRecord, RegisteredClientStore } from '../store/types.js';
-import type { MetadataDocuments } from './metadata-document.js';
+import type { MetadataDocument, MetadataDocuments } from './metadata-document.js';
 
 /** What fetches, checks and caches client ID metadata documents (http/metadata-document.ts). */
-export type DocumentResolver = Pick<MetadataDocuments, 'resolve'>;
+export type DocumentResolver = Pick<MetadataDocuments, 'resolve' | 'cachedDocument'>;
 
 export type ClientResolution =
   | { readonly found: true; readonly client: ClientRecord }
@@ -80,6 +80,23 @@ export function registeredClient(dynamic: DynamicClientsConfig, record: Register
   );
 }
 
+/** The ClientRecord of a checked metadata document (its client_id is the URL it was fetched from). */
+function documentClient(dynamic: DynamicClientsConfig, document: MetadataDocument): ClientRecord {
+  return dynamicClient(
+    dynamic,
+    document.client_id,
+    {
+      redirectUris: document.redirect_uris,
+      ...(document.scope !== undefined && { scope: document.scope }),
+      ...(document.grant_types !== undefined && { grantTypes: document.grant_types }),
+      ...(document.client_name !== undefined && { clientName: document.client_name }),
+      ...(document.client_uri !== undefined && { clientUri: document.client_uri }),
+      ...(document.logo_uri !== undefined && { logoUri: document.logo_uri }),
+    },
+    'metadata-document',
+  );
+}
+
 /** At most this many origins of dynamic clients are kept for CORS (oldest dropped first). */
 const MAX_DYNAMIC_ORIGINS = 10_000;
 
@@ -120,23 +137,32 @@ export class ClientDirectory {
       if (!dynamic.metadataDocuments || this.#documents === undefined) return { found: false };
       const resolved = await this.#documents.resolve(clientId);
       if (!resolved.ok) return { found: false, reason: resolved.reason };
-      const { document } = resolved;
-      return this.#seen(
-        dynamicClient(
-          dynamic,
-          clientId,
-          {
-            redirectUris: document.redirect_uris,
-            ...(document.scope !== undefined && { scope: document.scope }),
-            ...(document.grant_types !== undefined && { grantTypes: document.grant_types }),
-            ...(document.client_name !== undefined && { clientName: document.client_name }),
-            ...(document.client_uri !== undefined && { clientUri: document.client_uri }),
-            ...(document.logo_uri !== undefined && { logoUri: document.logo_uri }),
-          },
-          'metadata-document',
-        ),
-      );
+      return this.#seen(documentClient(dynamic, resolved.document));
     }
+    return this.#registeredResolution(dynamic, clientId);
+  }
+
+  /**
+   * The client `clientId` names without fetching anything (DESIGN.md §7: /logout never fetches): one of the config, a
+   * registered one (read from the store), or a metadata-document client whose document is in the cache. Anything
+   * else is undefined, as if unknown, so no request can make the server fetch a URL it names.
+   */
+  async findWithoutFetching(clientId: string | undefined): Promise<ClientRecord | undefined> {
+    if (clientId === undefined) return undefined;
+    const configured = this.#config.clients.get(clientId);
+    if (configured !== undefined) return configured;
+    const dynamic = this.#config.dynamicClients;
+    if (dynamic === undefined) return undefined;
+    if (isDocumentUrl(clientId)) {
+      if (!dynamic.metadataDocuments) return undefined;
+      const document = this.#documents?.cachedDocument(clientId);
+      return document === undefined ? undefined : documentClient(dynamic, document);
+    }
+    const resolution = await this.#registeredResolution(dynamic, clientId);
+    return resolution.found ? resolution.client : undefined;
+  }
+
+  async #registeredResolution(dynamic: DynamicClientsConfig, clientId: string): Promise<ClientResolution> {
     if (dynamic.registration === 'off' || !REGISTERED_ID.test(clientId)) return { found: false };
     const record = await this.#registered.findRegisteredClient(clientId);
     return record === undefined ? { found: false } : this.#seen(registeredClient(dynamic, record));

@@ -168,6 +168,13 @@ export class MetadataDocuments {
     }
   }
 
+  /** The document `clientId` names if a fetch of it is remembered and still fresh; never fetches (DESIGN.md §7: /logout). */
+  cachedDocument(clientId: string): MetadataDocument | undefined {
+    const remembered = this.#remembered.get(clientId);
+    if (remembered === undefined || remembered.expiresAt <= this.#now() || !remembered.check.ok) return undefined;
+    return remembered.check.document;
+  }
+
   /** Closes the connections kept to document hosts. */
   async close(): Promise<void> {
     await this.#agent.close();

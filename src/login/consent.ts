@@ -1,20 +1,22 @@
 /**
  * GET/POST /consent (DESIGN.md §8): a dynamic client's consent page, after sign-in. It names the client as it
- * describes itself and, since that is self-asserted, the hosts it cannot fake: its client_id's (or client_uri's)
- * and its redirect URI's. Allow remembers the consent and resumes the authorization; deny sends access_denied.
+ * describes itself and, since that is self-asserted, the hosts it cannot fake: its metadata document's (the only
+ * verified origin) and its redirect URI's; a registered client_uri is shown as what the client says. Allow remembers
+ * the consent for the redirect origin and resumes the authorization; deny sends access_denied.
  */
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import type { ClientRecord } from '../config/types.js';
 import type { AppContext } from '../context.js';
 import { csrfToken, csrfValid, sameBrowser } from '../http/csrf.js';
 import { expiredSignIn, isLoginId } from '../http/login-request.js';
-import { formTargetOf, html, pageHeaders, scopeList, sendPage, signOutForm } from '../http/pages.js';
+import { formTargetOf, html, pageHeaders, scopeList, sendPage, signOutForm, type Html } from '../http/pages.js';
 import { EMPTY_PARAMS, parseParams, queryOf, single, type Params } from '../http/params.js';
 import { errorRedirect } from '../http/redirects.js';
 import { sendErrorPage } from '../http/render-error.js';
 import { currentSession } from '../http/session.js';
 import { bounded } from '../log.js';
-import { widenConsent } from '../policy/consent.js';
+import { redirectOriginOf, widenConsent } from '../policy/consent.js';
+import { grantAudience } from '../policy/resource.js';
 import { OAuthError } from '../policy/oauth-error.js';
 import type { ConsentStore, LoginRequestRecord, LoginRequestStore, PendingAuthorization, SessionRecord, SessionStore } from '../store/types.js';
 
@@ -29,6 +31,19 @@ function hostOf(uri: string | undefined): string | undefined {
   } catch {
     return undefined;
   }
+}
+
+/**
+ * Where the client comes from, as far as the server knows (DESIGN.md §8): only a metadata document's URL host is
+ * verified (the server fetched the client's description from there); a registered client_uri is the client's own word.
+ */
+function origin(client: ClientRecord): Html {
+  if (client.dynamic?.source === 'metadata-document') {
+    return html`Verified: its description is published at <strong>${hostOf(client.clientId) ?? client.clientId}</strong>.`;
+  }
+  const says = hostOf(client.dynamic?.clientUri);
+  if (says === undefined) return html`It did not say where it comes from.`;
+  return html`It says it is from <strong>${says}</strong>; this is not verified.`;
 }
 
 interface Pending {
@@ -54,9 +69,8 @@ export function consentRoutes(ctx: AppContext, store: ConsentStores): FastifyPlu
     const { client, authorization, session, record } = pending;
     const csrf = csrfToken(ctx.cookies, request, reply);
     const name = client.dynamic?.clientName ?? client.clientId;
-    const identity = hostOf(client.dynamic?.source === 'metadata-document' ? client.clientId : client.dynamic?.clientUri);
     const returnsTo = hostOf(authorization.redirectUri);
-    const resources = authorization.resources.length > 0 ? authorization.resources : client.audience;
+    const resources = grantAudience({ client, issuer: ctx.issuer, scope: authorization.scope, resources: authorization.resources });
     const target = formTargetOf(authorization.redirectUri);
     return sendPage(
       reply,
@@ -64,7 +78,7 @@ export function consentRoutes(ctx: AppContext, store: ConsentStores): FastifyPlu
       'Allow access?',
       html`<h1>Allow ${name}?</h1>
 <p><strong>${name}</strong> asks to act on your behalf.</p>
-<p class="muted">${identity === undefined ? html`It did not say where it comes from.` : html`It says it comes from <strong>${identity}</strong>.`} After your answer you go back to <strong>${returnsTo ?? authorization.redirectUri}</strong>.</p>
+<p class="muted">${origin(client)} After your answer you go back to <strong>${returnsTo ?? authorization.redirectUri}</strong>.</p>
 <p>It asks for:</p>
 ${scopeList(authorization.scope)}
 <p>for these services:</p>
@@ -105,13 +119,23 @@ ${signOutForm(ctx.config.basePath, csrf)}`,
         return pageHeaders(reply).redirect(errorRedirect(ctx.issuer, authorization.redirectUri, error, authorization.state), 303);
       }
       if (decision !== 'allow') return sendErrorPage(reply, new OAuthError('invalid_request', 'decision must be allow or deny'));
-      const before = await store.findConsent(session.subject, client.clientId);
-      const asked = { scope: authorization.scope, resources: authorization.resources, promptConsent: false, askedAt: record.createdAt };
+      const redirectOrigin = redirectOriginOf(authorization.redirectUri);
+      const before = await store.findConsent(session.subject, client.clientId, redirectOrigin);
+      const asked = { scope: authorization.scope, resources: authorization.resources, redirectOrigin, promptConsent: false, askedAt: record.createdAt };
       const allowed = widenConsent(before, asked, now);
       await store.saveConsent({ subject: session.subject, clientId: client.clientId, ...allowed });
       request.outcome = 'ok';
       request.log.info(
-        { audit: true, event: 'consent', outcome: 'given', subject: session.subject, client_id: bounded(client.clientId), scope: allowed.scope.join(' '), resources: allowed.wholeAudience ? 'all' : allowed.resources },
+        {
+          audit: true,
+          event: 'consent',
+          outcome: 'given',
+          subject: session.subject,
+          client_id: bounded(client.clientId),
+          scope: allowed.scope.join(' '),
+          resources: allowed.wholeAudience ? 'all' : allowed.resources,
+          redirect_origin: bounded(redirectOrigin),
+        },
         'consent given',
       );
       return pageHeaders(reply).redirect(`${ctx.config.basePath}/authorize/resume?login=${record.id}`, 303);

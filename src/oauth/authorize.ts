@@ -15,7 +15,7 @@ import { currentSession } from '../http/session.js';
 import { OAuthError } from '../policy/oauth-error.js';
 import type { AuthorizationCodeStore, ConsentStore, LoginRequestStore, PendingAuthorization, RegisteredClientStore, SessionRecord, SessionStore } from '../store/types.js';
 import type { ClientRecord } from '../config/types.js';
-import { consentCovers } from '../policy/consent.js';
+import { consentCovers, redirectOriginOf } from '../policy/consent.js';
 import { redirectUriMatches } from '../policy/redirect-uri.js';
 import { loopbackPortsOf, validateAuthorizationRequest } from './authorization-request.js';
 import { errorRedirect } from '../http/redirects.js';
@@ -49,8 +49,10 @@ export function authorizeRoutes(ctx: AppContext, store: AuthorizeStores): Fastif
   /** DESIGN.md §8: a dynamic client needs the person's consent, remembered until a request asks more. */
   async function consentDue(client: ClientRecord, authorization: PendingAuthorization, session: SessionRecord, askedAt: number): Promise<boolean> {
     if (client.dynamic === undefined) return false;
-    const allowed = await store.findConsent(session.subject, client.clientId);
-    return !consentCovers(allowed, { scope: authorization.scope, resources: authorization.resources, promptConsent: authorization.prompt === 'consent', askedAt });
+    const redirectOrigin = redirectOriginOf(authorization.redirectUri);
+    const allowed = await store.findConsent(session.subject, client.clientId, redirectOrigin);
+    const asked = { scope: authorization.scope, resources: authorization.resources, redirectOrigin, promptConsent: authorization.prompt === 'consent', askedAt };
+    return !consentCovers(allowed, asked);
   }
 
   async function handle(request: FastifyRequest, reply: FastifyReply, params: Params): Promise<FastifyReply> {

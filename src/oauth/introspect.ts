@@ -12,7 +12,7 @@ import { VerifiedAccessTokens } from '../crypto/jwt.js';
 import { refreshTokenKey } from '../crypto/refresh-token.js';
 import { single } from '../http/params.js';
 import { invalidRequest } from '../policy/oauth-error.js';
-import { audienceClaim } from '../policy/resource.js';
+import { audienceClaim, grantAudience } from '../policy/resource.js';
 import type { GrantStore, RefreshTokenStore, RevokedTokenStore } from '../store/types.js';
 import { authenticateIntrospectionCaller, claimedClient, type IntrospectionCaller } from './client-auth.js';
 import { handleFormEndpoint } from './form-endpoint.js';
@@ -61,8 +61,8 @@ export function introspectionRoutes(ctx: AppContext, store: IntrospectionStores)
       scope: grant.scope.join(' '),
       client_id: grant.clientId,
       sub: grant.subject,
-      // What an access token of this grant names when no resource is asked (DESIGN.md §5 `aud` rule 2, 3).
-      aud: audienceClaim(grant.resources.length > 0 ? grant.resources : caller.client.audience),
+      // What an access token of this grant names when no resource is asked (DESIGN.md §8, §5 provider scopes included).
+      aud: audienceClaim(grantAudience({ client: caller.client, issuer: ctx.issuer, scope: grant.scope, resources: grant.resources })),
       iss: ctx.issuer,
       exp: epochSeconds(record.expiresAt),
       iat: epochSeconds(record.issuedAt),

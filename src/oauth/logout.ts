@@ -53,7 +53,8 @@ export function logoutRoutes(ctx: AppContext, store: SessionStore): FastifyPlugi
       if (clientId !== undefined && clientId !== hintClient) return refused('client_id does not match the id_token_hint');
     }
     const whose = hintClient ?? clientId;
-    const client = await ctx.clients.find(whose);
+    // DESIGN.md §7: /logout never fetches a metadata document; one not in the cache is an unknown client here.
+    const client = await ctx.clients.findWithoutFetching(whose);
     if (whose !== undefined && client === undefined) return refused(`unknown client "${bounded(whose)}"`);
     const redirectUri = single(params, 'post_logout_redirect_uri');
     // Without a client there is no list to check the URI against: no redirect, the "signed out" page (DESIGN.md §8).

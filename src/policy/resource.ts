@@ -110,19 +110,35 @@ export function decideTokenAudience(input: {
   const shape = decideResourceParameter(input.grantType, input.requested);
   if (!shape.ok) return shape;
   const named = shape.value;
-  const providerScope = providerScopeOf(input.tokenScope) ?? providerScopeOf(input.grantScope);
+  const scope = [...input.tokenScope, ...input.grantScope];
+  const providerScope = providerScopeOf(scope);
   if (providerScope !== undefined) {
+    // Naming the issuer asks for what naming nothing gives: the provider alone.
     if (named !== undefined && named !== input.issuer) return refuse(providerOnly(named, providerScope));
-    return allow(input.issuer);
-  }
-  if (named !== undefined) {
+  } else if (named !== undefined) {
     if (!isNameable(input.client, named)) return refuse(notRequestable(named));
     if (input.grantResources.length > 0 && !input.grantResources.includes(named)) return refuse(notInAuthorization(named));
     return allow(named);
   }
-  // Device flow tokens are for the whole audience (DESIGN.md §5); so is a grant that named nothing.
-  const whole = input.grantResources.length > 0 ? input.grantResources : input.client.audience;
-  return allow(audienceClaim(whole));
+  return allow(audienceClaim(grantAudience({ client: input.client, issuer: input.issuer, scope, resources: input.grantResources })));
+}
+
+/**
+ * THE answer to "whom is this grant for when no resource is named?" (DESIGN.md §5 `aud`, after oidc-provider's
+ * resolve_resource.js): the issuer alone with a provider scope; else the resources named at /authorize, in order;
+ * else the client's whole audience, in config order (so also device flow tokens). The token endpoint, /introspect of
+ * a refresh token and the consent page all ask this, so they cannot disagree.
+ */
+export function grantAudience(grant: {
+  readonly client: ResourceClient;
+  readonly issuer: string;
+  /** The grant's scope (or, at /token, the token's and the grant's together). */
+  readonly scope: readonly string[];
+  /** Resources named at /authorize; empty when none were. */
+  readonly resources: readonly string[];
+}): readonly string[] {
+  if (providerScopeOf(grant.scope) !== undefined) return [grant.issuer];
+  return grant.resources.length > 0 ? grant.resources : grant.client.audience;
 }
 
 /** `aud` as RFC 9068 / DESIGN.md §4 writes it: a string for one value. */

@@ -57,7 +57,7 @@ const freezeGrant = (grant: Grant): Grant =>
 const freezeDevice = (record: DeviceAuthorizationRecord): DeviceAuthorizationRecord =>
   Object.freeze({ ...record, scope: [...record.scope], ...(record.claims ? { claims: { ...record.claims } } : {}) });
 
-const consentKey = (subject: string, clientId: string): string => JSON.stringify([subject, clientId]);
+const consentKey = (subject: string, clientId: string, redirectOrigin: string): string => JSON.stringify([subject, clientId, redirectOrigin]);
 
 const fromJson = <T>(entry: JsonEntry | undefined, now: number): T | undefined =>
   entry !== undefined && entry.expiresAt > now ? (JSON.parse(entry.json) as T) : undefined;
@@ -81,7 +81,7 @@ export class MemoryStore implements Store {
   readonly #attempts = new Map<string, AttemptWindow>();
   /** clientId -> the registration as JSON text, so it reads back as from SQLite or PostgreSQL. */
   readonly #registeredClients = new Map<string, JsonEntry>();
-  /** consentKey(subject, clientId) -> the consent as JSON text. */
+  /** consentKey(subject, clientId, redirectOrigin) -> the consent as JSON text. */
   readonly #consents = new Map<string, string>();
 
   async loadOrCreateKeys(candidates: readonly StoredKey[]): Promise<StoredKey[]> {
@@ -367,13 +367,13 @@ export class MemoryStore implements Store {
     return this.#registeredClients.delete(clientId);
   }
 
-  async findConsent(subject: string, clientId: string): Promise<ConsentRecord | undefined> {
-    const json = this.#consents.get(consentKey(subject, clientId));
+  async findConsent(subject: string, clientId: string, redirectOrigin: string): Promise<ConsentRecord | undefined> {
+    const json = this.#consents.get(consentKey(subject, clientId, redirectOrigin));
     return json === undefined ? undefined : (JSON.parse(json) as ConsentRecord);
   }
 
   async saveConsent(record: ConsentRecord): Promise<void> {
-    this.#consents.set(consentKey(record.subject, record.clientId), JSON.stringify(record));
+    this.#consents.set(consentKey(record.subject, record.clientId, record.redirectOrigin), JSON.stringify(record));
   }
 
   #deleteConsentsOf(clientId: string, subject?: string): void {

@@ -204,6 +204,26 @@ export const MIGRATIONS: readonly Migration[] = [
       'CREATE INDEX consents_client_id ON consents (client_id)',
     ],
   },
+  {
+    version: 6,
+    description:
+      'consents are remembered per redirect origin (DESIGN.md §8); a consent given before this says nowhere the codes ' +
+      'went, so it is dropped and the person is asked again',
+    statements: (dialect) => [
+      'DROP TABLE consents',
+      `CREATE TABLE consents (
+        subject TEXT NOT NULL,
+        client_id TEXT NOT NULL,
+        redirect_origin TEXT NOT NULL,
+        scope TEXT NOT NULL,
+        resources TEXT NOT NULL,
+        whole_audience BOOLEAN NOT NULL,
+        granted_at BIGINT NOT NULL,
+        PRIMARY KEY (subject, client_id, redirect_origin)
+      )${dialect.keyOnlyTable}`,
+      'CREATE INDEX consents_client_id ON consents (client_id)',
+    ],
+  },
 ];
 
 const MIGRATIONS_TABLE = 'CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at BIGINT NOT NULL)';

@@ -332,11 +332,12 @@ export const registeredClientParams = (record: RegisteredClientRecord): unknown[
   record.expiresAt,
 ];
 
-export const CONSENT_COLUMNS = 'subject, client_id, scope, resources, whole_audience, granted_at';
+export const CONSENT_COLUMNS = 'subject, client_id, redirect_origin, scope, resources, whole_audience, granted_at';
 
 export interface ConsentRow {
   subject: string;
   client_id: string;
+  redirect_origin: string;
   scope: string;
   resources: string;
   whole_audience: number | boolean;
@@ -346,6 +347,7 @@ export interface ConsentRow {
 export const consentFromRow = (row: ConsentRow): ConsentRecord => ({
   subject: row.subject,
   clientId: row.client_id,
+  redirectOrigin: row.redirect_origin,
   scope: JSON.parse(row.scope) as string[],
   resources: JSON.parse(row.resources) as string[],
   wholeAudience: isTrue(row.whole_audience),
@@ -356,6 +358,7 @@ export const consentFromRow = (row: ConsentRow): ConsentRecord => ({
 export const consentParams = (record: ConsentRecord): unknown[] => [
   record.subject,
   record.clientId,
+  record.redirectOrigin,
   JSON.stringify(record.scope),
   JSON.stringify(record.resources),
   booleanParam(record.wholeAudience),

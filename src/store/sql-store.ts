@@ -361,8 +361,8 @@ export class SqlStore implements Store {
     return changed?.[0] === 1;
   }
 
-  async findConsent(subject: string, clientId: string): Promise<ConsentRecord | undefined> {
-    const [row] = await this.#driver.read<ConsentRow>(SQL.findConsent, [subject, clientId]);
+  async findConsent(subject: string, clientId: string, redirectOrigin: string): Promise<ConsentRecord | undefined> {
+    const [row] = await this.#driver.read<ConsentRow>(SQL.findConsent, [subject, clientId, redirectOrigin]);
     return row === undefined ? undefined : consentFromRow(row);
   }
 

@@ -144,9 +144,9 @@ const texts = {
   deleteConsentsOfClient: 'DELETE FROM consents WHERE client_id = $1',
   deleteConsentsOfSubjectAndClient: 'DELETE FROM consents WHERE client_id = $1 AND subject = $2',
 
-  findConsent: `SELECT ${CONSENT_COLUMNS} FROM consents WHERE subject = $1 AND client_id = $2`,
-  saveConsent: `INSERT INTO consents (${CONSENT_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6)
-    ON CONFLICT (subject, client_id) DO UPDATE SET scope = excluded.scope, resources = excluded.resources,
+  findConsent: `SELECT ${CONSENT_COLUMNS} FROM consents WHERE subject = $1 AND client_id = $2 AND redirect_origin = $3`,
+  saveConsent: `INSERT INTO consents (${CONSENT_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7)
+    ON CONFLICT (subject, client_id, redirect_origin) DO UPDATE SET scope = excluded.scope, resources = excluded.resources,
       whole_audience = excluded.whole_audience, granted_at = excluded.granted_at`,
 
   // A window that has ended starts over at 1.
@@ -174,7 +174,7 @@ const texts = {
   // A registration's consents go before it, while the statement can still tell which clients are going.
   sweepConsentsOfAbandonedClients: sweepBatch(
     'consents',
-    'subject, client_id',
+    'subject, client_id, redirect_origin',
     `client_id IN (SELECT client_id FROM registered_clients WHERE ${CLIENT_ABANDONED})`,
   ),
   sweepRegisteredClients: sweepBatch('registered_clients', 'client_id', CLIENT_ABANDONED),

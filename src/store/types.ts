@@ -286,12 +286,14 @@ export interface RegisteredClientStore {
 }
 
 /**
- * What a person allowed a dynamic client (DESIGN.md §8), remembered until a request asks more. Kept without expiry;
- * forgotten with the client's registration (deleted or swept) and by revokeGrants naming the client.
+ * What a person allowed a dynamic client for one redirect origin (DESIGN.md §8), remembered until a request asks more.
+ * Kept without expiry; forgotten with the client's registration (deleted or swept) and by revokeGrants naming the client.
  */
 export interface ConsentRecord {
   readonly subject: string;
   readonly clientId: string;
+  /** Where the codes go (policy/consent.ts redirectOriginOf): a consent counts only for that origin. */
+  readonly redirectOrigin: string;
   readonly scope: readonly string[];
   /** Resources allowed; the whole audience was allowed when `wholeAudience`. */
   readonly resources: readonly string[];
@@ -300,8 +302,8 @@ export interface ConsentRecord {
 }
 
 export interface ConsentStore {
-  findConsent(subject: string, clientId: string): Promise<ConsentRecord | undefined>;
-  /** Inserts or replaces the (subject, client) consent. */
+  findConsent(subject: string, clientId: string, redirectOrigin: string): Promise<ConsentRecord | undefined>;
+  /** Inserts or replaces the (subject, client, redirect origin) consent. */
   saveConsent(record: ConsentRecord): Promise<void>;
 }
 
