@@ -8,16 +8,22 @@ export interface RefreshTokenRecord {
   readonly grantId: string;
   readonly issuedAt: number;
   readonly expiresAt: number;
+  /** RFC 9449 §5: the JWK thumbprint (RFC 7638) of the DPoP key a public client's refresh token is bound to. */
+  readonly boundKey?: string;
 }
 
 const SEPARATOR = '.';
 /** Grant ids are UUIDs; anything else before the separator is not one of our tokens. */
 const GRANT_ID_SHAPE = /^[0-9A-Za-z-]{1,64}$/;
 
-/** A fresh refresh token of `grantId` living `lifetimeMs` from `issuedAt`: the value for the client and the record the store keeps. */
-export function newRefreshToken(grantId: string, issuedAt: number, lifetimeMs: number): { value: string; record: RefreshTokenRecord } {
+/**
+ * A fresh refresh token of `grantId` living `lifetimeMs` from `issuedAt`, bound to `boundKey` when given: the value for
+ * the client and the record the store keeps.
+ */
+export function newRefreshToken(grantId: string, issuedAt: number, lifetimeMs: number, boundKey?: string): { value: string; record: RefreshTokenRecord } {
   const value = `${grantId}${SEPARATOR}${randomText(32)}`;
-  return { value, record: { digest: digestOf(value), grantId, issuedAt, expiresAt: issuedAt + lifetimeMs } };
+  const record = { digest: digestOf(value), grantId, issuedAt, expiresAt: issuedAt + lifetimeMs };
+  return { value, record: boundKey === undefined ? record : { ...record, boundKey } };
 }
 
 /** The grant a presented refresh token names and the token's digest; undefined when it is not shaped like one of ours. */

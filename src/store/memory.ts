@@ -20,9 +20,11 @@ import type {
   GrantFilter,
   GrantSummary,
   LoginRequestRecord,
+  PushedRequestRecord,
   RefreshLookup,
   RefreshTokenRecord,
   RegisteredClientRecord,
+  ReplayKind,
   SessionRecord,
   Store,
   StoredKey,
@@ -83,6 +85,10 @@ export class MemoryStore implements Store {
   readonly #registeredClients = new Map<string, JsonEntry>();
   /** consentKey(subject, clientId, redirectOrigin) -> the consent as JSON text. */
   readonly #consents = new Map<string, string>();
+  /** JSON [kind, id] -> until when it counts as used. */
+  readonly #usedOnce = new Map<string, number>();
+  /** request_uri digest -> the pushed request as JSON text. */
+  readonly #pushedRequests = new Map<string, JsonEntry>();
 
   async loadOrCreateKeys(candidates: readonly StoredKey[]): Promise<StoredKey[]> {
     if (this.#keys === undefined || this.#keys.length === 0) {
@@ -187,7 +193,10 @@ export class MemoryStore implements Store {
     if (entry === undefined || entry.record.grantId !== grantId || entry.record.expiresAt <= now) return { status: 'unknown' };
     const grant = this.#grants.get(entry.record.grantId);
     if (grant === undefined) return { status: 'unknown' };
-    if (entry.status === 'rotated') return { status: 'rotated', grantId: grant.id, clientId: grant.clientId, rotatedAt: entry.rotatedAt ?? 0 };
+    if (entry.status === 'rotated') {
+      const bound = entry.record.boundKey === undefined ? {} : { boundKey: entry.record.boundKey };
+      return { status: 'rotated', grantId: grant.id, clientId: grant.clientId, rotatedAt: entry.rotatedAt ?? 0, ...bound };
+    }
     return { status: 'active', token: entry.record, grant };
   }
 
@@ -407,6 +416,29 @@ export class MemoryStore implements Store {
     this.#attempts.delete(key);
   }
 
+  async markUsedOnce(kind: ReplayKind, id: string, expiresAt: number, now: number): Promise<boolean> {
+    const key = JSON.stringify([kind, id]);
+    const until = this.#usedOnce.get(key);
+    if (until !== undefined && until > now) return false;
+    this.#usedOnce.set(key, expiresAt);
+    return true;
+  }
+
+  async savePushedRequest(record: PushedRequestRecord): Promise<void> {
+    if (this.#pushedRequests.has(record.digest)) throw new Error('pushed request digest already exists');
+    this.#pushedRequests.set(record.digest, { json: JSON.stringify(record), expiresAt: record.expiresAt });
+  }
+
+  async findPushedRequest(digest: string, clientId: string, now: number): Promise<PushedRequestRecord | undefined> {
+    const record = fromJson<PushedRequestRecord>(this.#pushedRequests.get(digest), now);
+    return record?.clientId === clientId ? record : undefined;
+  }
+
+  async takePushedRequest(digest: string, clientId: string, now: number): Promise<boolean> {
+    if ((await this.findPushedRequest(digest, clientId, now)) === undefined) return false;
+    return this.#pushedRequests.delete(digest);
+  }
+
   async ping(): Promise<void> {}
 
   /** As the SQL stores sweep (sql-store.ts): a used code and every token stay while their grant does, and go with it. */
@@ -439,6 +471,8 @@ export class MemoryStore implements Store {
       for (const [key, entry] of entries) if (entry.expiresAt < now) entries.delete(key);
     }
     for (const [key, window] of this.#attempts) if (window.windowEndsAt <= now) this.#attempts.delete(key);
+    for (const [key, expiresAt] of this.#usedOnce) if (expiresAt < now) this.#usedOnce.delete(key);
+    for (const [key, entry] of this.#pushedRequests) if (entry.expiresAt < now) this.#pushedRequests.delete(key);
   }
 
   async close(): Promise<void> {}

@@ -224,6 +224,29 @@ export const MIGRATIONS: readonly Migration[] = [
       'CREATE INDEX consents_client_id ON consents (client_id)',
     ],
   },
+  {
+    version: 7,
+    description:
+      'DPoP and pushed authorization requests (DESIGN.md §13): a public client\'s refresh token may be bound to a key, ' +
+      'proof and client assertion identifiers are kept while they could be replayed, pushed requests live 60 s',
+    statements: (dialect) => [
+      'ALTER TABLE refresh_tokens ADD COLUMN dpop_jkt TEXT',
+      `CREATE TABLE used_once (
+        kind TEXT NOT NULL,
+        id TEXT NOT NULL,
+        expires_at BIGINT NOT NULL,
+        PRIMARY KEY (kind, id)
+      )${dialect.keyOnlyTable}`,
+      'CREATE INDEX used_once_expires_at ON used_once (expires_at)',
+      `CREATE TABLE pushed_requests (
+        digest TEXT PRIMARY KEY,
+        client_id TEXT NOT NULL,
+        parameters TEXT NOT NULL,
+        expires_at BIGINT NOT NULL
+      )`,
+      'CREATE INDEX pushed_requests_expires_at ON pushed_requests (expires_at)',
+    ],
+  },
 ];
 
 const MIGRATIONS_TABLE = 'CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at BIGINT NOT NULL)';

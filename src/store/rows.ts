@@ -10,6 +10,7 @@ import type {
   GrantSummary,
   LoginPurpose,
   LoginRequestRecord,
+  PushedRequestRecord,
   RefreshLookup,
   RefreshTokenRecord,
   RegisteredClientMetadata,
@@ -154,6 +155,7 @@ export interface RefreshRow extends GrantRow {
   token_expires_at: Numeric;
   status: string;
   rotated_at: Numeric | null;
+  dpop_jkt: string | null;
 }
 
 /** findRefreshToken's answer for a token row joined with its grant. */
@@ -161,19 +163,24 @@ export function refreshLookupFromRow(row: RefreshRow | undefined, now: number): 
   if (row === undefined || Number(row.token_expires_at) <= now) return { status: 'unknown' };
   const grant = grantFromRow(row);
   if (grant === undefined) return { status: 'unknown' };
+  const bound = row.dpop_jkt === null ? {} : { boundKey: row.dpop_jkt };
   // Rotated before migration 5 recorded when: long ago, so never within a reuse grace.
-  if (row.status !== 'active') return { status: 'rotated', grantId: grant.id, clientId: grant.clientId, rotatedAt: Number(row.rotated_at ?? 0) };
+  if (row.status !== 'active') return { status: 'rotated', grantId: grant.id, clientId: grant.clientId, rotatedAt: Number(row.rotated_at ?? 0), ...bound };
   const token: RefreshTokenRecord = {
     digest: row.token_digest,
     grantId: row.token_grant_id,
     issuedAt: Number(row.issued_at),
     expiresAt: Number(row.token_expires_at),
+    ...bound,
   };
   return { status: 'active', token, grant };
 }
 
-/** Insert parameters, in the column order of the refresh_tokens table. */
+/** Insert parameters, in the column order of the refresh_tokens table (its first four columns). */
 export const refreshTokenParams = (token: RefreshTokenRecord): unknown[] => [token.grantId, token.digest, token.issuedAt, token.expiresAt];
+
+/** The parameters of sql.ts insertRefreshToken: refreshTokenParams, then the key it is bound to (RFC 9449 §5) or NULL. */
+export const refreshTokenInsertParams = (token: RefreshTokenRecord): unknown[] => [...refreshTokenParams(token), token.boundKey ?? null];
 
 export interface DeviceRow {
   device_code_digest: string;
@@ -363,4 +370,26 @@ export const consentParams = (record: ConsentRecord): unknown[] => [
   JSON.stringify(record.resources),
   booleanParam(record.wholeAudience),
   record.grantedAt,
+];
+
+export interface PushedRequestRow {
+  digest: string;
+  client_id: string;
+  parameters: string;
+  expires_at: Numeric;
+}
+
+export const pushedRequestFromRow = (row: PushedRequestRow): PushedRequestRecord => ({
+  digest: row.digest,
+  clientId: row.client_id,
+  parameters: JSON.parse(row.parameters) as PushedRequestRecord['parameters'],
+  expiresAt: Number(row.expires_at),
+});
+
+/** Insert parameters, in the column order of the pushed_requests table. */
+export const pushedRequestParams = (record: PushedRequestRecord): unknown[] => [
+  record.digest,
+  record.clientId,
+  JSON.stringify(record.parameters),
+  record.expiresAt,
 ];

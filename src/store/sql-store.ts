@@ -16,8 +16,10 @@ import {
   keyParams,
   loginRequestFromRow,
   loginRequestParams,
+  pushedRequestFromRow,
+  pushedRequestParams,
   refreshLookupFromRow,
-  refreshTokenParams,
+  refreshTokenInsertParams,
   registeredClientFromRow,
   registeredClientParams,
   sessionFromRow,
@@ -30,6 +32,7 @@ import {
   type GrantSummaryRow,
   type KeyRow,
   type LoginRequestRow,
+  type PushedRequestRow,
   type RefreshRow,
   type RegisteredClientRow,
   type SessionRow,
@@ -46,9 +49,11 @@ import type {
   GrantFilter,
   GrantSummary,
   LoginRequestRecord,
+  PushedRequestRecord,
   RefreshLookup,
   RefreshTokenRecord,
   RegisteredClientRecord,
+  ReplayKind,
   SessionRecord,
   Store,
   StoredKey,
@@ -61,7 +66,7 @@ const step = (statement: Statement, values: readonly unknown[], guard = false): 
 function addRefreshToken(token: RefreshTokenRecord, grantExpiresAt?: number): Step[] {
   const extension = grantExtension(token);
   return [
-    step(SQL.insertRefreshToken, refreshTokenParams(token)),
+    step(SQL.insertRefreshToken, refreshTokenInsertParams(token)),
     ...(mayNeedExtension(grantExpiresAt, extension) ? [step(SQL.extendGrant, [token.grantId, extension.expiresAt, extension.before])] : []),
   ];
 }
@@ -77,7 +82,7 @@ function consumeCodeAtOnce(digest: string, now: number, firstRefresh: RefreshTok
   if (kept !== undefined) return undefined;
   // The first refresh token of a grant always extends it (its expiry is not known here).
   const extension = grantExtension(firstRefresh);
-  return step(SQL.consumeCodeWithTokenExtendingAtOnce, [...consumed, ...refreshTokenParams(firstRefresh), extension.expiresAt, extension.before], true);
+  return step(SQL.consumeCodeWithTokenExtendingAtOnce, [...consumed, ...refreshTokenInsertParams(firstRefresh), extension.expiresAt, extension.before], true);
 }
 
 /** Deletes the grants `ids` (at most REVOKE_BATCH) with their codes and refresh tokens; the grants step comes first. */
@@ -102,6 +107,8 @@ const SWEEPS: readonly (readonly [Statement, (now: number) => number])[] = [
   [SQL.sweepFederationStates, (now) => now],
   [SQL.sweepSubjectClaims, (now) => now],
   [SQL.sweepAttempts, (now) => now],
+  [SQL.sweepUsedOnce, (now) => now],
+  [SQL.sweepPushedRequests, (now) => now],
 ];
 
 /** The Store of DESIGN.md §6 over a SQL database: every operation written once, the driver running the statements. */
@@ -224,8 +231,8 @@ export class SqlStore implements Store {
     const rotated = [next.grantId, oldDigest, now];
     const extension = grantExtension(next);
     const atOnce = mayNeedExtension(grantExpiresAt, extension)
-      ? step(SQL.rotateExtendingAtOnce, [...rotated, ...refreshTokenParams(next), extension.expiresAt, extension.before], true)
-      : step(SQL.rotateAtOnce, [...rotated, ...refreshTokenParams(next)], true);
+      ? step(SQL.rotateExtendingAtOnce, [...rotated, ...refreshTokenInsertParams(next), extension.expiresAt, extension.before], true)
+      : step(SQL.rotateAtOnce, [...rotated, ...refreshTokenInsertParams(next)], true);
     return this.#holds({ steps: [step(SQL.markRotated, rotated, true), ...addRefreshToken(next, grantExpiresAt)], atOnce });
   }
 
@@ -235,7 +242,7 @@ export class SqlStore implements Store {
     return this.#holds({
       steps: [
         step(SQL.holdLiveGrant, [token.grantId, extension.expiresAt, extension.before, now], true),
-        step(SQL.insertRefreshToken, refreshTokenParams(token)),
+        step(SQL.insertRefreshToken, refreshTokenInsertParams(token)),
       ],
     });
   }
@@ -386,6 +393,23 @@ export class SqlStore implements Store {
 
   async clearAttempts(key: string): Promise<void> {
     await this.#driver.write(SQL.clearAttempts, [key]);
+  }
+
+  async markUsedOnce(kind: ReplayKind, id: string, expiresAt: number, now: number): Promise<boolean> {
+    return (await this.#driver.write<{ kind: string }>(SQL.markUsedOnce, [kind, id, expiresAt, now])).rows.length === 1;
+  }
+
+  async savePushedRequest(record: PushedRequestRecord): Promise<void> {
+    await this.#driver.write(SQL.insertPushedRequest, pushedRequestParams(record));
+  }
+
+  async findPushedRequest(digest: string, clientId: string, now: number): Promise<PushedRequestRecord | undefined> {
+    const [row] = await this.#driver.read<PushedRequestRow>(SQL.findPushedRequest, [digest, clientId, now]);
+    return row === undefined ? undefined : pushedRequestFromRow(row);
+  }
+
+  async takePushedRequest(digest: string, clientId: string, now: number): Promise<boolean> {
+    return (await this.#driver.write(SQL.takePushedRequest, [digest, clientId, now])).changes === 1;
   }
 
   async ping(): Promise<void> {

@@ -36,9 +36,9 @@ const extendGrantWhere = (id: string, expiresAt: string, before: string): string
   `UPDATE grants SET expires_at = ${expiresAt} WHERE id = ${id} AND expires_at < ${before}`;
 
 /** A new active refresh token; INSERT ... SELECT, so a data-modifying CTE can make it depend on its guard (atOnce). */
-const insertRefreshTokenAs = (grantId: string, digest: string, issuedAt: string, expiresAt: string, from = ''): string =>
-  `INSERT INTO refresh_tokens (grant_id, digest, issued_at, expires_at, status)
-    SELECT ${grantId}, ${digest}, CAST(${issuedAt} AS BIGINT), CAST(${expiresAt} AS BIGINT), 'active'${from}`;
+const insertRefreshTokenAs = (grantId: string, digest: string, issuedAt: string, expiresAt: string, boundKey: string, from = ''): string =>
+  `INSERT INTO refresh_tokens (grant_id, digest, issued_at, expires_at, status, dpop_jkt)
+    SELECT ${grantId}, ${digest}, CAST(${issuedAt} AS BIGINT), CAST(${expiresAt} AS BIGINT), 'active', CAST(${boundKey} AS TEXT)${from}`;
 
 // $1 code, $2 now. A concurrent exchange of the same code waits for the row lock, then finds the code used.
 const CONSUME_CODE = 'UPDATE authorization_codes SET used = TRUE WHERE digest = $1 AND used = FALSE AND expires_at > $2';
@@ -50,14 +50,14 @@ const MARK_ROTATED =
  * PostgreSQL pays a round trip per statement, so a hot script (guard, new refresh token, grant extension) runs there as
  * one statement: a data-modifying CTE of the same statements (SQLite has none, and runs the steps in-process). The
  * guard (its 2 or 3 parameters first) must return `grant_id`; the rest change something only when it changed its row,
- * and the answer has one row exactly then. Then the token's 4 parameters, then the extension's 2. Each sub-statement
+ * and the answer has one row exactly then. Then the token's 5 parameters, then the extension's 2. Each sub-statement
  * changes another row, as a CTE needs (one row changed twice in one statement is undefined in PostgreSQL).
  */
 function atOnce(guard: string, guardParameters: number, then: { readonly token: boolean; readonly extension: boolean }): string {
   let next = guardParameters;
   const parameter = (): string => `$${(next += 1)}`;
   const parts = [`guarded AS (${guard} RETURNING grant_id)`];
-  if (then.token) parts.push(`added AS (${insertRefreshTokenAs(parameter(), parameter(), parameter(), parameter(), ' FROM guarded')})`);
+  if (then.token) parts.push(`added AS (${insertRefreshTokenAs(parameter(), parameter(), parameter(), parameter(), parameter(), ' FROM guarded')})`);
   if (then.extension) parts.push(`extended AS (${extendGrantWhere('(SELECT grant_id FROM guarded)', parameter(), parameter())})`);
   return `WITH ${parts.join(', ')} SELECT grant_id FROM guarded`;
 }
@@ -103,9 +103,9 @@ const texts = {
   consumeCode: CONSUME_CODE,
 
   findRefreshToken: `SELECT r.digest AS token_digest, r.grant_id AS token_grant_id, r.issued_at, r.expires_at AS token_expires_at,
-      r.status, r.rotated_at, ${GRANT_COLUMNS}
+      r.status, r.rotated_at, r.dpop_jkt, ${GRANT_COLUMNS}
     FROM refresh_tokens r LEFT JOIN grants g ON g.id = r.grant_id WHERE r.grant_id = $1 AND r.digest = $2`,
-  insertRefreshToken: insertRefreshTokenAs('$1', '$2', '$3', '$4'),
+  insertRefreshToken: insertRefreshTokenAs('$1', '$2', '$3', '$4', '$5'),
   // A concurrent rotation of the same token waits for the row lock, then finds it no longer active.
   markRotated: MARK_ROTATED,
 
@@ -159,6 +159,17 @@ const texts = {
   forgiveAttempt: 'UPDATE attempts SET count = count - 1 WHERE attempt_key = $1 AND window_ends_at > $2 AND count > 0',
   clearAttempts: 'DELETE FROM attempts WHERE attempt_key = $1',
 
+  // $1 kind, $2 id, $3 expiry, $4 now: a row answers only for the request that recorded the id (an expired record is
+  // taken over), so one of two concurrent uses wins, also across instances (DESIGN.md §13).
+  markUsedOnce: `INSERT INTO used_once (kind, id, expires_at) VALUES ($1, $2, $3)
+    ON CONFLICT (kind, id) DO UPDATE SET expires_at = excluded.expires_at WHERE used_once.expires_at <= $4
+    RETURNING kind`,
+
+  insertPushedRequest: 'INSERT INTO pushed_requests (digest, client_id, parameters, expires_at) VALUES ($1, $2, $3, $4)',
+  findPushedRequest: 'SELECT digest, client_id, parameters, expires_at FROM pushed_requests WHERE digest = $1 AND client_id = $2 AND expires_at > $3',
+  // Single use (RFC 9126 §4): of two concurrent takes, the second finds no row.
+  takePushedRequest: 'DELETE FROM pushed_requests WHERE digest = $1 AND client_id = $2 AND expires_at > $3',
+
   // Sweeping, each with the cutoff as $1. A used code stays while its grant does (DESIGN.md §6: replay revokes also
   // after 60 s) and goes with it; a grant goes once nothing of it is left.
   sweepUnusedCodes: sweepBatch('authorization_codes', 'digest', 'expires_at < $1 AND used = FALSE'),
@@ -185,6 +196,8 @@ const texts = {
   sweepFederationStates: sweepBatch('federation_states', 'state', 'expires_at < $1'),
   sweepSubjectClaims: sweepBatch('subject_claims', 'subject', 'expires_at < $1'),
   sweepAttempts: sweepBatch('attempts', 'attempt_key', 'window_ends_at <= $1'),
+  sweepUsedOnce: sweepBatch('used_once', 'kind, id', 'expires_at < $1'),
+  sweepPushedRequests: sweepBatch('pushed_requests', 'digest', 'expires_at < $1'),
 
   // PostgreSQL only (atOnce): rotation ($1 grant, $2 old digest, $3 now) and code exchange ($1 code, $2 now).
   rotateAtOnce: atOnce(MARK_ROTATED, 3, { token: true, extension: false }),

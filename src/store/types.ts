@@ -108,7 +108,7 @@ export interface AuthorizationCodeStore {
 export type RefreshLookup =
   | { readonly status: 'active'; readonly token: RefreshTokenRecord; readonly grant: Grant }
   /** Already rotated (at `rotatedAt`): reuse, unless within the client's refresh_reuse_grace (DESIGN.md §6). */
-  | { readonly status: 'rotated'; readonly grantId: string; readonly clientId: string; readonly rotatedAt: number }
+  | { readonly status: 'rotated'; readonly grantId: string; readonly clientId: string; readonly rotatedAt: number; readonly boundKey?: string }
   | { readonly status: 'unknown' };
 
 export interface RefreshTokenStore {
@@ -320,6 +320,35 @@ export interface AttemptStore {
   clearAttempts(key: string): Promise<void>;
 }
 
+/** What may be presented only once (DESIGN.md §13): a DPoP proof's jti (RFC 9449 §11.1), a client assertion's (RFC 7523 §3). */
+export type ReplayKind = 'dpop' | 'client_assertion';
+
+export interface ReplayStore {
+  /**
+   * Records `id` of `kind` as used until `expiresAt`: true for the one request that records it, false (nothing changed)
+   * when it is recorded already and unexpired at `now`; across workers and instances sharing the store.
+   */
+  markUsedOnce(kind: ReplayKind, id: string, expiresAt: number, now: number): Promise<boolean>;
+}
+
+/** A pushed authorization request (RFC 9126): the /authorize parameters as sent to /par, for its client only. */
+export interface PushedRequestRecord {
+  /** SHA-256 (hex) of the request_uri. */
+  readonly digest: string;
+  readonly clientId: string;
+  /** Every parameter with every value sent, in order, as /authorize will read them. */
+  readonly parameters: readonly (readonly [string, readonly string[]])[];
+  readonly expiresAt: number;
+}
+
+export interface PushedRequestStore {
+  savePushedRequest(record: PushedRequestRecord): Promise<void>;
+  /** Read only: the request `digest` names if it was pushed by `clientId` and is unexpired and unused at `now`. */
+  findPushedRequest(digest: string, clientId: string, now: number): Promise<PushedRequestRecord | undefined>;
+  /** Uses it up atomically: true for the one request that takes it (single use, RFC 9126 §4), false otherwise. */
+  takePushedRequest(digest: string, clientId: string, now: number): Promise<boolean>;
+}
+
 export interface Store
   extends KeyStore,
     GrantStore,
@@ -334,7 +363,9 @@ export interface Store
     SubjectClaimsStore,
     RegisteredClientStore,
     ConsentStore,
-    AttemptStore {
+    AttemptStore,
+    ReplayStore,
+    PushedRequestStore {
   /** What `pinpoint check` and the startup log show; never a password. */
   readonly description: string;
   /** Resolves when the backend answers (readiness). */
