@@ -3,9 +3,9 @@ import pino, { type Logger } from 'pino';
 import type { Config } from './config/types.js';
 
 /** Values that are secrets wherever a log object carries them, at the top level or one level down. */
-const SECRET_KEYS = ['password', 'client_secret', 'code', 'code_verifier', 'refresh_token', 'access_token', 'id_token', 'device_code'] as const;
-/** Header paths in pino's path syntax (brackets for the hyphenated name). */
-const SECRET_HEADERS = ['.authorization', '.cookie', '["set-cookie"]'] as const;
+const SECRET_KEYS = ['password', 'client_secret', 'client_assertion', 'code', 'code_verifier', 'refresh_token', 'access_token', 'id_token', 'device_code', 'request_uri'] as const;
+/** Header paths in pino's path syntax (brackets for the hyphenated name); a DPoP proof is a credential of its request. */
+const SECRET_HEADERS = ['.authorization', '.cookie', '["set-cookie"]', '.dpop'] as const;
 
 /**
  * pino's own redaction (compiled once): what routes log is chosen fields anyway; this is the net under them. Exact

@@ -44,7 +44,7 @@ function assertMetadata(response: LightMyRequestResponse, issuer: string): void 
   assert.equal(metadata.userinfo_endpoint, `${issuer}/userinfo`);
   assert.equal(metadata.jwks_uri, `${issuer}/jwks`);
   assert.deepEqual(metadata.code_challenge_methods_supported, ['S256']);
-  assert.deepEqual(metadata.token_endpoint_auth_methods_supported, ['client_secret_basic', 'client_secret_post', 'none']);
+  assert.deepEqual(metadata.token_endpoint_auth_methods_supported, ['client_secret_basic', 'client_secret_post', 'none', 'private_key_jwt']);
   assert.equal(metadata.authorization_response_iss_parameter_supported, true);
   assert.deepEqual(metadata.response_types_supported, ['code']);
   for (const grantType of ['authorization_code', 'refresh_token', 'client_credentials']) {
@@ -184,7 +184,7 @@ describe('CORS', () => {
     assert.equal(refused.headers['access-control-allow-methods'], undefined);
   });
 
-  test('scripts may read WWW-Authenticate and Retry-After; no unsupported request header (DPoP) is advertised', async () => {
+  test('scripts may read WWW-Authenticate and Retry-After; a script may send a DPoP proof (DESIGN.md §13)', async () => {
     const refused = await t.app.inject({
       method: 'POST',
       url: '/token',
@@ -199,7 +199,7 @@ describe('CORS', () => {
       url: '/token',
       headers: { origin: CLIENT_ORIGIN, 'access-control-request-method': 'POST', 'access-control-request-headers': 'authorization' },
     });
-    assert.doesNotMatch(String(preflight.headers['access-control-allow-headers']), /dpop/i);
+    assert.match(String(preflight.headers['access-control-allow-headers']), /\bdpop\b/i);
   });
 
   test('preflight OPTIONS /jwks and metadata: any origin', async () => {

@@ -193,8 +193,8 @@ describe('metadata for revocation and introspection', () => {
       const metadata = (await t.app.inject({ url: '/.well-known/oauth-authorization-server' })).json();
       assert.equal(metadata.revocation_endpoint, `${ISSUER}/revoke`);
       assert.equal(metadata.introspection_endpoint, `${ISSUER}/introspect`);
-      assert.deepEqual(metadata.revocation_endpoint_auth_methods_supported, ['client_secret_basic', 'client_secret_post', 'none']);
-      assert.deepEqual(metadata.introspection_endpoint_auth_methods_supported, ['client_secret_basic', 'client_secret_post', 'none']);
+      assert.deepEqual(metadata.revocation_endpoint_auth_methods_supported, ['client_secret_basic', 'client_secret_post', 'none', 'private_key_jwt']);
+      assert.deepEqual(metadata.introspection_endpoint_auth_methods_supported, ['client_secret_basic', 'client_secret_post', 'none', 'private_key_jwt']);
     } finally {
       await t.app.close();
     }

@@ -3,7 +3,9 @@ import { dirname, resolve } from 'node:path';
 import type { z } from 'zod';
 import { LABELED_BLOCKS, SINGLE_BLOCKS, type HclBody } from './block-types.js';
 import { splitTopLevel, type BlockInstance, type PlacedMessage } from './blocks.js';
-import { checkReadableFile, exposureWarning, readSecretFile } from './files.js';
+import { checkReadableFile, exposureWarning, readSecretFile, readSmallFile } from './files.js';
+import { parsePublicJwkSetText, unimportableKeyProblem } from '../crypto/jwk-set.js';
+import type { JSONWebKeySet } from 'jose';
 import { deepFreeze, frozenMap } from './frozen.js';
 import { readHcl } from './hcl.js';
 import { ConfigInvalid, formatProblem } from './problems.js';
@@ -327,6 +329,7 @@ async function buildClient(instance: BlockInstance, findings: Findings, inFolder
   const device = value.device === true;
   const secret =
     value.secret_file === undefined || device ? undefined : await secretFrom(value.secret_file, 'secret_file', place, findings, inFolder);
+  const jwks = value.jwks_file === undefined || device ? undefined : await jwksFrom(value.jwks_file, place, findings, inFolder);
   const refreshReuseGraceMs = value.refresh_reuse_grace ?? 0;
   if (refreshReuseGraceMs > 0 && value.refresh_lifetime === undefined) {
     findings.warning({ ...place, attribute: 'refresh_reuse_grace', message: 'has no effect: without refresh_lifetime this client gets no refresh tokens' });
@@ -334,8 +337,11 @@ async function buildClient(instance: BlockInstance, findings: Findings, inFolder
   if (value.audience === undefined) return undefined;
   return {
     clientId,
-    kind: device ? 'device' : value.secret_file !== undefined ? 'confidential' : 'public',
+    kind: device ? 'device' : value.secret_file !== undefined || value.jwks_file !== undefined ? 'confidential' : 'public',
     ...(secret !== undefined && { secret }),
+    ...(jwks !== undefined && { assertionKeys: { jwks } }),
+    ...(value.require_dpop === true && { requireDpop: true }),
+    ...(value.require_par === true && { requirePar: true }),
     redirectUris: value.redirect_uris ?? [],
     audience: value.audience,
     ...(value.refresh_lifetime !== undefined && { refreshLifetimeMs: value.refresh_lifetime }),
@@ -491,6 +497,18 @@ async function buildResourceServer(
   const value = validate(resourceServerSpec, instance.body, place, findings);
   const secret = value.secret_file === undefined ? undefined : await secretFrom(value.secret_file, 'secret_file', place, findings, inFolder);
   return secret === undefined ? undefined : { label, secret };
+}
+
+/** Reads a client's jwks_file (DESIGN.md §7, §13): a regular file of at most 64 KiB holding a JWK Set of public keys. */
+async function jwksFrom(written: string, place: Place, findings: Findings, inFolder: (path: string) => string): Promise<JSONWebKeySet | undefined> {
+  const read = await readSmallFile(inFolder(written));
+  const parsed = 'error' in read ? read : parsePublicJwkSetText(read.text);
+  const problem = 'error' in parsed ? parsed.error : await unimportableKeyProblem(parsed.jwks);
+  if (problem !== undefined) {
+    findings.problem({ ...place, attribute: 'jwks_file', message: `${JSON.stringify(written)} ${problem}` });
+    return undefined;
+  }
+  return 'jwks' in parsed ? parsed.jwks : undefined;
 }
 
 /** Reads a secret file named by an attribute, reporting a problem or a warning at that attribute. */

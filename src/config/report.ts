@@ -89,6 +89,10 @@ export interface ClientFacts {
   /** Go-style, "0s" when rotated refresh tokens may not be presented again. */
   readonly refreshReuseGrace: string;
   readonly refreshReuseGraceMs: number;
+  /** How it authenticates at /token (DESIGN.md §13): a secret, private_key_jwt (jwks_file), or none (public, device). */
+  readonly authentication: 'client_secret' | 'private_key_jwt' | 'none';
+  readonly requireDpop: boolean;
+  readonly requirePar: boolean;
 }
 
 /** The facts of a valid config. */
@@ -126,6 +130,9 @@ export function describeConfig(config: Config, warnings: readonly string[]): Che
       idTokenSigningAlg: client.idTokenSigningAlg,
       refreshReuseGrace: formatDuration(client.refreshReuseGraceMs),
       refreshReuseGraceMs: client.refreshReuseGraceMs,
+      authentication: client.assertionKeys !== undefined ? 'private_key_jwt' : client.secret !== undefined ? 'client_secret' : 'none',
+      requireDpop: client.requireDpop === true,
+      requirePar: client.requirePar === true,
     })),
   };
 }
@@ -229,6 +236,9 @@ export function renderReport(report: CheckReport): string {
     rows.push(['refresh lifetime', client.refreshLifetime ?? '(no refresh tokens)']);
     if (client.refreshReuseGraceMs > 0) rows.push(['refresh reuse grace', client.refreshReuseGrace]);
     if (client.idTokenSigningAlg !== 'RS256') rows.push(['ID token alg', client.idTokenSigningAlg]);
+    if (client.authentication === 'private_key_jwt') rows.push(['authentication', 'private_key_jwt (jwks_file)']);
+    if (client.requireDpop) rows.push(['DPoP', 'required']);
+    if (client.requirePar) rows.push(['PAR', 'required']);
     rows.push(['scopes', client.scopes.length > 0 ? client.scopes.join(' ') : '(none)']);
     lines.push(...table(rows).map((line) => `  ${line}`));
     lines.push(...audienceTable(client.audience));

@@ -312,18 +312,27 @@ export const clientSpec = spec(
     post_logout_redirect_uris: uniqueList(redirectUri, 'URIs').optional(),
     id_token_signing_alg: oneOf(ID_TOKEN_ALGS).optional(),
     refresh_reuse_grace: reuseGrace.optional(),
+    jwks_file: nonEmptyText().optional(),
+    require_dpop: boolean.optional(),
+    require_par: boolean.optional(),
   }),
   (raw) => {
     const issues: RuleIssue[] = [];
     const hasRedirects = Array.isArray(raw.redirect_uris) && raw.redirect_uris.length > 0;
+    // DESIGN.md §13: a client with jwks_file authenticates with private_key_jwt and has no secret.
+    if (raw.jwks_file !== undefined && raw.secret_file !== undefined && raw.device !== true) {
+      issues.push({ attribute: 'jwks_file', message: 'is not allowed with secret_file: a client authenticates either with private_key_jwt (jwks_file) or with a secret; keep one' });
+    }
     if (raw.device === true) {
       // DESIGN.md §3: a device client is always public and never redirects.
       if (raw.secret_file !== undefined) issues.push({ attribute: 'secret_file', message: 'is not allowed with device = true (a device client is public)' });
+      if (raw.jwks_file !== undefined) issues.push({ attribute: 'jwks_file', message: 'is not allowed with device = true (a device client is public)' });
+      if (raw.require_par === true) issues.push({ attribute: 'require_par', message: 'is not allowed with device = true (the device flow has no /authorize)' });
       if (raw.redirect_uris !== undefined) issues.push({ attribute: 'redirect_uris', message: 'is not allowed with device = true (the device flow has no redirect)' });
       if (raw.post_logout_redirect_uris !== undefined) {
         issues.push({ attribute: 'post_logout_redirect_uris', message: 'is not allowed with device = true (a device client has no browser to send back)' });
       }
-    } else if (raw.secret_file === undefined && !hasRedirects) {
+    } else if (raw.secret_file === undefined && raw.jwks_file === undefined && !hasRedirects) {
       const message = 'a public client needs redirect_uris; or set device = true, or give it a secret_file for client_credentials';
       issues.push(raw.redirect_uris === undefined ? { message } : { attribute: 'redirect_uris', message });
     }

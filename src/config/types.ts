@@ -1,4 +1,5 @@
 /** The typed, frozen configuration produced by config/load.ts (DESIGN.md §3). */
+import type { JSONWebKeySet } from 'jose';
 
 export type TlsMode = 'off' | 'proxy' | 'terminate';
 
@@ -46,6 +47,12 @@ export interface ClientRecord {
   readonly secret?: string;
   /** SHA-256 (hex) of the secret of a registered client: the store keeps no secret itself. */
   readonly secretDigest?: string;
+  /** Where the public keys of its private_key_jwt assertions are (DESIGN.md §13); such a client has no secret. */
+  readonly assertionKeys?: AssertionKeys;
+  /** DESIGN.md §13: every token it gets is DPoP-bound; a /token request without a proof is refused. */
+  readonly requireDpop?: boolean;
+  /** DESIGN.md §13: /authorize takes only a request_uri from /par for it. */
+  readonly requirePar?: boolean;
   /** Scope values given to a request without `scope` (dynamic clients only, DESIGN.md §9). */
   readonly defaultScope?: readonly string[];
   readonly redirectUris: readonly string[];
@@ -65,6 +72,9 @@ export interface ClientRecord {
   /** Present for clients that are not in the config (DESIGN.md §9): they need consent, and match loopback ports freely. */
   readonly dynamic?: DynamicClientInfo;
 }
+
+/** A private_key_jwt client's public keys (RFC 7523 §2.2): a JWK Set (jwks_file, a document's `jwks`) or a document's `jwks_uri`. */
+export type AssertionKeys = { readonly jwks: JSONWebKeySet } | { readonly jwksUri: string };
 
 /** What a dynamic client said about itself: self-asserted, so pages show it next to the hosts it cannot fake. */
 export interface DynamicClientInfo {

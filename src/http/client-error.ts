@@ -9,7 +9,7 @@ import { bounded } from '../log.js';
 import { errorPageHtml, RAW_PAGE_HEADERS } from './pages.js';
 
 /** DESIGN.md §4: these answer JSON; every other path is a page. */
-const API_PATHS = ['/token', '/device_authorization', '/revoke', '/introspect', '/register', '/userinfo', '/jwks', '/healthz', '/readyz'];
+const API_PATHS = ['/token', '/par', '/device_authorization', '/revoke', '/introspect', '/register', '/userinfo', '/jwks', '/healthz', '/readyz'];
 
 /** True for the contract's API paths under `basePath` (metadata under /.well-known/ included). */
 export function isApiPath(path: string, basePath: string): boolean {

@@ -3,14 +3,16 @@
  * every instance sees it), or, when enabled, a client whose client_id is the https URL of its metadata document.
  * Dynamic clients become ClientRecords with the `dynamic_clients` block's audience, scopes and lifetimes.
  */
-import type { ClientRecord, Config, DynamicClientsConfig } from '../config/types.js';
+import type { JWTVerifyGetKey } from 'jose';
+import { ClientKeySets } from '../clients/private-key-jwt.js';
+import type { AssertionKeys, ClientRecord, Config, DynamicClientsConfig } from '../config/types.js';
 import { randomText } from '../crypto/random.js';
 import { parseScope } from '../policy/scope.js';
 import type { RegisteredClientRecord, RegisteredClientStore } from '../store/types.js';
 import type { MetadataDocument, MetadataDocuments } from './metadata-document.js';
 
 /** What fetches, checks and caches client ID metadata documents (http/metadata-document.ts). */
-export type DocumentResolver = Pick<MetadataDocuments, 'resolve' | 'cachedDocument'>;
+export type DocumentResolver = Pick<MetadataDocuments, 'resolve' | 'cachedDocument' | 'resolveKeySet'>;
 
 export type ClientResolution =
   | { readonly found: true; readonly client: ClientRecord }
@@ -31,10 +33,20 @@ export function isDocumentUrl(clientId: string): boolean {
 function dynamicClient(
   dynamic: DynamicClientsConfig,
   clientId: string,
-  described: { redirectUris: readonly string[]; scope?: string; grantTypes?: readonly string[]; clientName?: string; clientUri?: string; logoUri?: string },
+  described: {
+    redirectUris: readonly string[];
+    scope?: string;
+    grantTypes?: readonly string[];
+    clientName?: string;
+    clientUri?: string;
+    logoUri?: string;
+    /** RFC 9449 §5.2 dpop_bound_access_tokens (DESIGN.md §13). */
+    dpopBound?: boolean;
+  },
   source: 'registration' | 'metadata-document',
-  secretDigest?: string,
+  credentials: { readonly secretDigest?: string; readonly assertionKeys?: AssertionKeys } = {},
 ): ClientRecord {
+  const { secretDigest, assertionKeys } = credentials;
   // Registration and documents were checked already; a malformed scope there would have been refused.
   const asked = described.scope === undefined ? undefined : parseScope(described.scope);
   // A registered scope narrows what the client may ask within the block's scopes, and is its default (DESIGN.md §9).
@@ -42,8 +54,10 @@ function dynamicClient(
   const refreshes = described.grantTypes === undefined || described.grantTypes.includes('refresh_token');
   return {
     clientId,
-    kind: secretDigest === undefined ? 'public' : 'confidential',
+    kind: secretDigest === undefined && assertionKeys === undefined ? 'public' : 'confidential',
     ...(secretDigest !== undefined && { secretDigest }),
+    ...(assertionKeys !== undefined && { assertionKeys }),
+    ...(described.dpopBound === true && { requireDpop: true }),
     redirectUris: described.redirectUris,
     audience: dynamic.audience,
     scopes,
@@ -74,14 +88,16 @@ export function registeredClient(dynamic: DynamicClientsConfig, record: Register
       ...(metadata.client_name !== undefined && { clientName: metadata.client_name }),
       ...(metadata.client_uri !== undefined && { clientUri: metadata.client_uri }),
       ...(metadata.logo_uri !== undefined && { logoUri: metadata.logo_uri }),
+      ...(metadata.dpop_bound_access_tokens === true && { dpopBound: true }),
     },
     'registration',
-    record.secretDigest,
+    record.secretDigest === undefined ? {} : { secretDigest: record.secretDigest },
   );
 }
 
 /** The ClientRecord of a checked metadata document (its client_id is the URL it was fetched from). */
 function documentClient(dynamic: DynamicClientsConfig, document: MetadataDocument): ClientRecord {
+  const assertionKeys = documentKeys(document);
   return dynamicClient(
     dynamic,
     document.client_id,
@@ -92,9 +108,18 @@ function documentClient(dynamic: DynamicClientsConfig, document: MetadataDocumen
       ...(document.client_name !== undefined && { clientName: document.client_name }),
       ...(document.client_uri !== undefined && { clientUri: document.client_uri }),
       ...(document.logo_uri !== undefined && { logoUri: document.logo_uri }),
+      ...(document.dpop_bound_access_tokens === true && { dpopBound: true }),
     },
     'metadata-document',
+    assertionKeys === undefined ? {} : { assertionKeys },
   );
+}
+
+/** DESIGN.md §13: a document with token_endpoint_auth_method "private_key_jwt" names its keys inline or by jwks_uri. */
+function documentKeys(document: MetadataDocument): AssertionKeys | undefined {
+  if (document.token_endpoint_auth_method !== 'private_key_jwt') return undefined;
+  if (document.jwks !== undefined) return { jwks: document.jwks };
+  return document.jwks_uri === undefined ? undefined : { jwksUri: document.jwks_uri };
 }
 
 /** At most this many origins of dynamic clients are kept for CORS (oldest dropped first). */
@@ -107,11 +132,13 @@ export class ClientDirectory {
   /** Origins of configured clients' redirect URIs, and of dynamic clients' https ones seen here (DESIGN.md §9 CORS). */
   readonly #origins = new Set<string>();
   readonly #configuredOrigins: ReadonlySet<string>;
+  readonly #keySets: ClientKeySets;
 
   constructor(config: Config, registered: RegisteredClientStore, documents?: DocumentResolver) {
     this.#config = config;
     this.#registered = registered;
     this.#documents = documents;
+    this.#keySets = new ClientKeySets(documents);
     const configured = new Set<string>();
     for (const client of config.clients.values()) {
       for (const uri of client.redirectUris) {
@@ -179,6 +206,12 @@ export class ClientDirectory {
     if (dynamic === undefined) return false;
     if (isDocumentUrl(clientId)) return dynamic.metadataDocuments;
     return dynamic.registration !== 'off' && REGISTERED_ID.test(clientId);
+  }
+
+  /** The keys a private_key_jwt client's assertions verify with (DESIGN.md §13): its JWK Set, or its document's jwks_uri (fetched, cached). */
+  async assertionKeysOf(client: ClientRecord): Promise<{ readonly ok: true; readonly keys: JWTVerifyGetKey } | { readonly ok: false; readonly reason: string }> {
+    if (client.assertionKeys === undefined) return { ok: false, reason: 'this client does not authenticate with private_key_jwt' };
+    return this.#keySets.keysOf(client.assertionKeys);
   }
 
   /** The client, or undefined when there is none usable. */

@@ -20,6 +20,7 @@ const POLICIES: Readonly<Record<string, CorsPolicy>> = {
   '/userinfo': 'clients',
   '/device_authorization': 'clients',
   '/revoke': 'clients',
+  '/par': 'clients',
   // DESIGN.md §9: browser-based MCP clients (the MCP Inspector) register from a page.
   '/register': 'any',
   '/jwks': 'any',
@@ -29,8 +30,8 @@ const POLICIES: Readonly<Record<string, CorsPolicy>> = {
 const EXPOSED = ['WWW-Authenticate', 'Retry-After'];
 const COMMON: FastifyCorsOptions = {
   methods: ['GET', 'POST'],
-  // Only the request headers Pinpoint reads (no DPoP: it does not support it).
-  allowedHeaders: ['Authorization', 'Content-Type'],
+  // Only the request headers Pinpoint reads (DPoP: RFC 9449 proofs at /token and /userinfo).
+  allowedHeaders: ['Authorization', 'Content-Type', 'DPoP'],
   exposedHeaders: EXPOSED,
   credentials: false,
   maxAge: 600,

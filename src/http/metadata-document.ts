@@ -3,7 +3,9 @@
  * §9): a client_id that is an https URL names a JSON document the server fetches, checks and caches.
  */
 import { z } from 'zod';
+import type { JSONWebKeySet } from 'jose';
 import type { Agent } from 'undici';
+import { parsePublicJwkSet, unimportableKeyProblem } from '../crypto/jwk-set.js';
 import { dynamicRedirectUriProblem } from '../policy/redirect-uri.js';
 import { FetchRefused, getSmall, publicAgent, type PublicAgentOptions } from './safe-fetch.js';
 
@@ -16,7 +18,12 @@ export interface MetadataDocument {
   readonly logo_uri?: string;
   readonly scope?: string;
   readonly grant_types?: readonly string[];
-  readonly token_endpoint_auth_method?: 'none';
+  /** DESIGN.md §13: `private_key_jwt` with `jwks` or `jwks_uri` makes the client confidential. */
+  readonly token_endpoint_auth_method?: 'none' | 'private_key_jwt';
+  readonly jwks?: JSONWebKeySet;
+  readonly jwks_uri?: string;
+  /** RFC 9449 §5.2: every access token of this client must be DPoP-bound. */
+  readonly dpop_bound_access_tokens?: boolean;
 }
 
 /** A usable document, or why not; `fetched` is true for the one call that went to the network (it counts toward limits). */
@@ -26,6 +33,9 @@ export type DocumentResolution =
 
 /** A document's verdict without the network: either the document or why it is not acceptable. */
 export type DocumentCheck = { readonly ok: true; readonly document: MetadataDocument } | { readonly ok: false; readonly reason: string };
+
+/** What a document's jwks_uri served (DESIGN.md §13): a JWK Set of public keys, or why it cannot be used. */
+export type KeySetCheck = { readonly ok: true; readonly jwks: JSONWebKeySet } | { readonly ok: false; readonly reason: string };
 
 export interface MetadataDocumentsOptions extends Pick<PublicAgentOptions, 'allowPrivateAddresses' | 'ca'> {
   /** Milliseconds since the epoch; cache expiry reads only this. Default Date.now. */
@@ -65,6 +75,12 @@ const redirectUri = z
     if (problem !== undefined) context.addIssue({ code: 'custom', message: problem });
   });
 
+// Fetched by the server, so https only, like the document itself.
+const httpsUrl = z
+  .string('must be a string')
+  .max(MAX_URL_LENGTH, `must be at most ${MAX_URL_LENGTH} characters`)
+  .refine((value) => documentUrlProblem(value) === undefined, 'must be an https URL with a path, without user name, password or fragment');
+
 // Shown to people as links, so only web URLs.
 const webUrl = z
   .string('must be a string')
@@ -80,8 +96,13 @@ const documentSchema = z.object(
     logo_uri: webUrl.optional(),
     scope: z.string('must be a string').max(1000, 'must be at most 1000 characters').optional(),
     grant_types: z.array(z.string('must list strings').max(200, 'must list short strings'), 'must be a list').max(10, 'lists more than 10 grant types').optional(),
-    // Draft §4.1: no secret can be shared through a public document, so the client is public.
-    token_endpoint_auth_method: z.literal('none', 'must be "none": a metadata document cannot make a client confidential').optional(),
+    // Draft §4.1: no secret can be shared through a public document; only keys (DESIGN.md §13) make the client confidential.
+    token_endpoint_auth_method: z
+      .enum(['none', 'private_key_jwt'], 'must be "none" or "private_key_jwt": a metadata document cannot carry a secret')
+      .optional(),
+    jwks: z.unknown().optional(),
+    jwks_uri: httpsUrl.optional(),
+    dpop_bound_access_tokens: z.boolean('must be true or false').optional(),
     client_secret: z.undefined('must not appear: a metadata document cannot carry a secret').optional(),
     client_secret_expires_at: z.undefined('must not appear: a metadata document cannot carry a secret').optional(),
   },
@@ -98,8 +119,19 @@ export function checkDocument(url: string, value: unknown): DocumentCheck {
   }
   // Draft §3: the document names itself, compared as plain strings.
   if (parsed.data.client_id !== url) return { ok: false, reason: "the document's client_id is not the URL it was fetched from" };
-  const { client_secret: _secret, client_secret_expires_at: _expires, ...document } = parsed.data;
-  return { ok: true, document };
+  const { client_secret: _secret, client_secret_expires_at: _expires, jwks: sentKeys, ...rest } = parsed.data;
+  if (rest.token_endpoint_auth_method !== 'private_key_jwt') {
+    const { jwks_uri: _uri, ...document } = rest;
+    return { ok: true, document };
+  }
+  // DESIGN.md §13: a private_key_jwt client says where its keys are, in one place.
+  if ((sentKeys === undefined) === (rest.jwks_uri === undefined)) {
+    return { ok: false, reason: 'token_endpoint_auth_method "private_key_jwt" needs exactly one of jwks and jwks_uri' };
+  }
+  if (sentKeys === undefined) return { ok: true, document: rest };
+  const keys = parsePublicJwkSet(sentKeys);
+  if ('error' in keys) return { ok: false, reason: `jwks ${keys.error}` };
+  return { ok: true, document: { ...rest, jwks: keys.jwks } };
 }
 
 const pathText = (path: ReadonlyArray<PropertyKey>): string =>
@@ -122,25 +154,76 @@ export function freshnessMs(cacheControl: string | string[] | undefined, age: st
   return Math.min(Math.max(seconds, 0) * 1000, MAX_FRESH_MS);
 }
 
-interface Remembered {
-  readonly check: DocumentCheck;
+type Check<T> = ({ readonly ok: true } & T) | { readonly ok: false; readonly reason: string };
+
+interface Remembered<T> {
+  readonly check: Check<T>;
   readonly expiresAt: number;
 }
 
-/** Fetches, checks and caches client ID metadata documents; one fetch in flight per URL. */
+/** Checked answers per URL, fresh for as long as their fetch said; one fetch in flight per URL; the oldest forgotten first. */
+class FetchCache<T> {
+  /** In insertion order, so the first key is the oldest. */
+  readonly #remembered = new Map<string, Remembered<T>>();
+  readonly #inFlight = new Map<string, Promise<Check<T>>>();
+
+  constructor(
+    private readonly now: () => number,
+    private readonly maxEntries: number,
+  ) {}
+
+  /** The remembered answer, else the one `fetch` gives (with how long to keep it; 0: not at all). */
+  async get(url: string, fetch: () => Promise<{ check: Check<T>; keepMs: number }>): Promise<Check<T> & { readonly fetched: boolean }> {
+    const remembered = this.#remembered.get(url);
+    if (remembered !== undefined) {
+      if (remembered.expiresAt > this.now()) return { ...remembered.check, fetched: false };
+      this.#remembered.delete(url);
+    }
+    const pending = this.#inFlight.get(url);
+    if (pending !== undefined) return { ...(await pending), fetched: false };
+    const fetching = fetch().then(({ check, keepMs }) => {
+      if (keepMs > 0) this.#remember(url, { check, expiresAt: this.now() + keepMs });
+      return check;
+    });
+    this.#inFlight.set(url, fetching);
+    try {
+      return { ...(await fetching), fetched: true };
+    } finally {
+      this.#inFlight.delete(url);
+    }
+  }
+
+  /** A remembered, fresh, acceptable answer; never fetches. */
+  peek(url: string): ({ readonly ok: true } & T) | undefined {
+    const remembered = this.#remembered.get(url);
+    if (remembered === undefined || remembered.expiresAt <= this.now() || !remembered.check.ok) return undefined;
+    return remembered.check;
+  }
+
+  #remember(url: string, entry: Remembered<T>): void {
+    this.#remembered.delete(url);
+    while (this.#remembered.size >= this.maxEntries) {
+      const oldest = this.#remembered.keys().next();
+      if (oldest.done === true) break;
+      this.#remembered.delete(oldest.value);
+    }
+    this.#remembered.set(url, entry);
+  }
+}
+
+/** Fetches, checks and caches client ID metadata documents, and the key sets their jwks_uri names; one fetch in flight per URL. */
 export class MetadataDocuments {
   readonly #agent: Agent;
-  readonly #now: () => number;
   readonly #timeoutMs: number;
-  readonly #maxEntries: number;
-  /** In insertion order, so the first key is the oldest. */
-  readonly #remembered = new Map<string, Remembered>();
-  readonly #inFlight = new Map<string, Promise<DocumentCheck>>();
+  readonly #documents: FetchCache<{ readonly document: MetadataDocument }>;
+  readonly #keySets: FetchCache<{ readonly jwks: JSONWebKeySet }>;
 
   constructor(options: MetadataDocumentsOptions = {}) {
-    this.#now = options.now ?? Date.now;
+    const now = options.now ?? Date.now;
+    const maxEntries = options.maxEntries ?? MAX_ENTRIES;
     this.#timeoutMs = options.timeoutMs ?? TIMEOUT_MS;
-    this.#maxEntries = options.maxEntries ?? MAX_ENTRIES;
+    this.#documents = new FetchCache(now, maxEntries);
+    this.#keySets = new FetchCache(now, maxEntries);
     this.#agent = publicAgent({
       connectTimeoutMs: this.#timeoutMs,
       ...(options.allowPrivateAddresses !== undefined && { allowPrivateAddresses: options.allowPrivateAddresses }),
@@ -152,27 +235,32 @@ export class MetadataDocuments {
   async resolve(clientId: string): Promise<DocumentResolution> {
     const problem = documentUrlProblem(clientId);
     if (problem !== undefined) return { ok: false, reason: problem, fetched: false };
-    const remembered = this.#remembered.get(clientId);
-    if (remembered !== undefined) {
-      if (remembered.expiresAt > this.#now()) return { ...remembered.check, fetched: false };
-      this.#remembered.delete(clientId);
-    }
-    const pending = this.#inFlight.get(clientId);
-    if (pending !== undefined) return { ...(await pending), fetched: false };
-    const fetching = this.#fetch(clientId);
-    this.#inFlight.set(clientId, fetching);
-    try {
-      return { ...(await fetching), fetched: true };
-    } finally {
-      this.#inFlight.delete(clientId);
-    }
+    return this.#documents.get(clientId, () =>
+      this.#fetch<{ readonly document: MetadataDocument }>(clientId, 'metadata document', async (value) => {
+        const check = checkDocument(clientId, value);
+        return check.ok ? check : { ok: false, reason: `is not acceptable: ${check.reason}` };
+      }),
+    );
   }
 
   /** The document `clientId` names if a fetch of it is remembered and still fresh; never fetches (DESIGN.md §7: /logout). */
   cachedDocument(clientId: string): MetadataDocument | undefined {
-    const remembered = this.#remembered.get(clientId);
-    if (remembered === undefined || remembered.expiresAt <= this.#now() || !remembered.check.ok) return undefined;
-    return remembered.check.document;
+    return this.#documents.peek(clientId)?.document;
+  }
+
+  /** The public keys a private_key_jwt document's jwks_uri serves (DESIGN.md §13), under the same fetch rules and cache. */
+  async resolveKeySet(url: string): Promise<KeySetCheck> {
+    const problem = documentUrlProblem(url);
+    if (problem !== undefined) return { ok: false, reason: `the client's jwks_uri cannot be used: ${problem.replace('client_id URL', 'jwks_uri')}` };
+    const { fetched: _fetched, ...check } = await this.#keySets.get(url, () =>
+      this.#fetch<{ readonly jwks: JSONWebKeySet }>(url, 'jwks_uri', async (value) => {
+        const keys = parsePublicJwkSet(value);
+        if ('error' in keys) return { ok: false, reason: keys.error };
+        const unusable = await unimportableKeyProblem(keys.jwks);
+        return unusable === undefined ? { ok: true, jwks: keys.jwks } : { ok: false, reason: unusable };
+      }),
+    );
+    return check;
   }
 
   /** Closes the connections kept to document hosts. */
@@ -180,44 +268,28 @@ export class MetadataDocuments {
     await this.#agent.close();
   }
 
-  async #fetch(url: string): Promise<DocumentCheck> {
-    let check: DocumentCheck;
-    let keepMs = FAILURE_MS;
+  /** GETs `url` and judges its JSON with `judge`; `what` names it in refusals. */
+  async #fetch<T>(url: string, what: string, judge: (value: unknown) => Promise<Check<T>>): Promise<{ check: Check<T>; keepMs: number }> {
+    const refuse = (reason: string): Check<T> => ({ ok: false, reason: `the client's ${what} ${reason}` });
     try {
       const answer = await getSmall(url, { dispatcher: this.#agent, timeoutMs: this.#timeoutMs, maxBytes: MAX_BYTES, accept: 'application/json' });
-      check = this.#read(url, answer.status, answer.headers['content-type'], answer.body);
-      if (check.ok) keepMs = freshnessMs(answer.headers['cache-control'], answer.headers['age']);
+      const { status, body } = answer;
+      // A failure is kept whatever the answer said, so a bad URL cannot make the server fetch in a loop.
+      if (status >= 300 && status < 400) return { check: refuse(`URL answered with a redirect (HTTP ${status}); redirects are not followed`), keepMs: FAILURE_MS };
+      if (status !== 200) return { check: refuse(`URL answered HTTP ${status}, not 200`), keepMs: FAILURE_MS };
+      if (!isJsonType(answer.headers['content-type'])) return { check: refuse('is not served as application/json'), keepMs: FAILURE_MS };
+      let value: unknown;
+      try {
+        value = JSON.parse(new TextDecoder('utf-8', { fatal: true }).decode(body));
+      } catch {
+        return { check: refuse('is not valid JSON'), keepMs: FAILURE_MS };
+      }
+      const check = await judge(value);
+      if (!check.ok) return { check: refuse(check.reason), keepMs: FAILURE_MS };
+      return { check, keepMs: freshnessMs(answer.headers['cache-control'], answer.headers['age']) };
     } catch (error) {
       const reason = error instanceof FetchRefused ? error.message : 'an unexpected error';
-      check = { ok: false, reason: `the client's metadata document could not be fetched: ${reason}` };
+      return { check: { ok: false, reason: `the client's ${what} could not be fetched: ${reason}` }, keepMs: FAILURE_MS };
     }
-    // A failure is kept whatever the answer said, so a bad URL cannot make the server fetch in a loop.
-    if (keepMs > 0) this.#remember(url, { check, expiresAt: this.#now() + keepMs });
-    return check;
-  }
-
-  #read(url: string, status: number, contentType: string | string[] | undefined, body: Buffer): DocumentCheck {
-    const refuse = (reason: string): DocumentCheck => ({ ok: false, reason: `the client's metadata document ${reason}` });
-    if (status >= 300 && status < 400) return refuse(`URL answered with a redirect (HTTP ${status}); redirects are not followed`);
-    if (status !== 200) return refuse(`URL answered HTTP ${status}, not 200`);
-    if (!isJsonType(contentType)) return refuse('is not served as application/json');
-    let value: unknown;
-    try {
-      value = JSON.parse(new TextDecoder('utf-8', { fatal: true }).decode(body));
-    } catch {
-      return refuse('is not valid JSON');
-    }
-    const check = checkDocument(url, value);
-    return check.ok ? check : refuse(`is not acceptable: ${check.reason}`);
-  }
-
-  #remember(url: string, entry: Remembered): void {
-    this.#remembered.delete(url);
-    while (this.#remembered.size >= this.#maxEntries) {
-      const oldest = this.#remembered.keys().next();
-      if (oldest.done === true) break;
-      this.#remembered.delete(oldest.value);
-    }
-    this.#remembered.set(url, entry);
   }
 }

@@ -1,8 +1,16 @@
-/** Client authentication (RFC 6749 §2.3): client_secret_basic or client_secret_post for confidential clients, client_id for public ones. */
+/**
+ * Client authentication (RFC 6749 §2.3), the one place that decides it for every endpoint: client_secret_basic or
+ * client_secret_post for clients with a secret, private_key_jwt (RFC 7523 §2.2, DESIGN.md §13) for clients with keys,
+ * client_id alone for public ones.
+ */
+import { decodeJwt } from 'jose';
+import { JWT_BEARER_ASSERTION, verifyClientAssertion } from '../clients/private-key-jwt.js';
 import type { ClientRecord, ResourceServerRecord } from '../config/types.js';
+import type { AppContext } from '../context.js';
 import { invalidClient, invalidRequest } from '../policy/oauth-error.js';
 import { single, type Params } from '../http/params.js';
 import { matchesDigest, sha256 } from '../crypto/digest.js';
+import type { ReplayStore } from '../store/types.js';
 
 /** What a request presents, decoded once per request. */
 export interface PresentedCredentials {
@@ -14,6 +22,19 @@ export interface PresentedCredentials {
   readonly bodyClientId: string | undefined;
   /** client_secret in the body (client_secret_post, RFC 6749 §2.3.1); undefined when absent. */
   readonly bodySecret: string | undefined;
+  /** client_assertion_type and client_assertion (RFC 7521 §4.2) as sent; undefined when neither was. */
+  readonly assertion: { readonly type: string | undefined; readonly jwt: string | undefined } | undefined;
+}
+
+/** RFC 7523 §3: without client_id in the body, the assertion's sub names the client (read unverified, to look it up). */
+function assertionSubject(jwt: string | undefined): string | undefined {
+  if (jwt === undefined) return undefined;
+  try {
+    const { sub } = decodeJwt(jwt);
+    return typeof sub === 'string' && sub !== '' ? sub : undefined;
+  } catch {
+    return undefined;
+  }
 }
 
 /** RFC 6749 §2.3.1: the Basic credentials are form-urlencoded before base64. */
@@ -34,12 +55,39 @@ function decodeBasic(header: string): { id: string; secret: string; text: string
 export function readClientCredentials(authorization: string | undefined, params: Params): PresentedCredentials {
   const basic = authorization === undefined ? undefined : decodeBasic(authorization);
   const bodyClientId = single(params, 'client_id');
+  const assertionType = single(params, 'client_assertion_type');
+  const assertionJwt = single(params, 'client_assertion');
+  const assertion = assertionType === undefined && assertionJwt === undefined ? undefined : { type: assertionType, jwt: assertionJwt };
   return {
-    claimedClientId: authorization === undefined ? bodyClientId : basic?.id,
+    claimedClientId: authorization === undefined ? (bodyClientId ?? assertionSubject(assertionJwt)) : basic?.id,
     basic,
     malformedBasic: authorization !== undefined && basic === undefined,
     bodyClientId,
     bodySecret: params.get('client_secret')?.[0],
+    assertion,
+  };
+}
+
+/** Checks a private_key_jwt client's assertion at one endpoint and records its jti, or throws invalid_client. */
+export type AssertionVerifier = (client: ClientRecord, assertion: string) => Promise<void>;
+
+/**
+ * The assertion check of the endpoint at `path` (DESIGN.md §13: `aud` may name the issuer or this URL). The jti is
+ * recorded as soon as the assertion itself passes, before the rest of the request is judged: authentication is whole
+ * before anything else is decided (DESIGN.md §1: a replay revokes a grant only for an authenticated client), and an
+ * assertion is made for one request (RFC 7523 §3), so recording it for a request refused later costs the client
+ * nothing and keeps a captured assertion from being tried again with other parameters.
+ */
+export function assertionVerifier(ctx: AppContext, replays: ReplayStore, path: string): AssertionVerifier {
+  const endpointUrl = `${ctx.issuer}${path}`;
+  return async (client, assertion) => {
+    const keys = await ctx.clients.assertionKeysOf(client);
+    if (!keys.ok) throw invalidClient(keys.reason);
+    const now = ctx.now();
+    const check = await verifyClientAssertion(assertion, keys.keys, { clientId: client.clientId, issuer: ctx.issuer, endpointUrl, now });
+    if (!check.ok) throw invalidClient(check.reason);
+    const { id, expiresAt } = check.accepted.replay;
+    if (!(await replays.markUsedOnce('client_assertion', id, expiresAt, now))) throw invalidClient('the client assertion was already used (its jti was seen before)');
   };
 }
 
@@ -66,23 +114,25 @@ export type IntrospectionCaller = { readonly kind: 'resource_server'; readonly l
  * A resource server authenticates with its label as the client id, by HTTP Basic (DESIGN.md §8) or, as the metadata
  * offers every caller, client_secret_post; anyone else as at /token, confidential only.
  */
-export function authenticateIntrospectionCaller(
+export async function authenticateIntrospectionCaller(
   presented: PresentedCredentials,
   clients: { get(clientId: string): ClientRecord | undefined },
   resourceServers: ReadonlyMap<string, ResourceServerRecord>,
-): IntrospectionCaller {
+  verifyAssertion: AssertionVerifier,
+): Promise<IntrospectionCaller> {
   const { claimedClientId, bodyClientId, bodySecret } = presented;
   const basic = presented.basic === undefined ? undefined : (labelSentUnencoded(presented.basic, resourceServers) ?? presented.basic);
   const callerId = basic?.id ?? claimedClientId;
   const server = callerId === undefined ? undefined : resourceServers.get(callerId);
   if (server !== undefined) {
+    if (presented.assertion !== undefined) throw invalidClient('a resource server authenticates with its secret, not a client assertion');
     if (basic !== undefined && bodySecret !== undefined) throw invalidRequest('send the client secret either with HTTP Basic or in the body, not both');
     if (basic !== undefined && bodyClientId !== undefined && bodyClientId !== basic.id) throw invalidClient('client_id does not match the credentials');
     const secret = basic?.secret ?? bodySecret;
     if (secret === undefined || !secretMatches(server, secret)) throw invalidClient('client authentication failed');
     return { kind: 'resource_server', label: server.label };
   }
-  const client = authenticateClient(presented, clients);
+  const client = await authenticateClient(presented, clients, verifyAssertion);
   if (client.kind !== 'confidential') throw invalidClient('only resource servers and confidential clients may introspect tokens');
   return { kind: 'client', client };
 }
@@ -103,26 +153,62 @@ function labelSentUnencoded(
   return undefined;
 }
 
-/** The authenticated client, or throws invalid_client (401 with WWW-Authenticate); both methods at once is invalid_request (DESIGN.md §4). */
-export function authenticateClient(presented: PresentedCredentials, clients: { get(clientId: string): ClientRecord | undefined }): ClientRecord {
+/** DESIGN.md §13: a client with keys has no secret, so a secret it sends is refused, right or wrong. */
+const noSecretOfKeyClient = (): ReturnType<typeof invalidClient> =>
+  invalidClient('this client authenticates with private_key_jwt (client_assertion); it has no secret');
+
+/** The authenticated client, or throws invalid_client (401 with WWW-Authenticate); two methods at once is invalid_request (DESIGN.md §4). */
+export async function authenticateClient(
+  presented: PresentedCredentials,
+  clients: { get(clientId: string): ClientRecord | undefined },
+  verifyAssertion: AssertionVerifier,
+): Promise<ClientRecord> {
   const { basic, bodyClientId, bodySecret } = presented;
   if (presented.malformedBasic) throw invalidClient('the Authorization header is not valid HTTP Basic');
   // RFC 6749 §2.3.1: a client must not use more than one authentication method in a request.
   if (basic !== undefined && bodySecret !== undefined) throw invalidRequest('send the client secret either with HTTP Basic or in the body, not both');
+  if (presented.assertion !== undefined) return authenticateByAssertion(presented, presented.assertion, clients, verifyAssertion);
   if (basic !== undefined) {
     if (bodyClientId !== undefined && bodyClientId !== basic.id) throw invalidClient('client_id does not match the credentials');
     const client = clients.get(basic.id);
-    if (client === undefined || !secretMatches(client, basic.secret)) throw invalidClient('client authentication failed');
+    if (client === undefined) throw invalidClient('client authentication failed');
+    if (client.assertionKeys !== undefined) throw noSecretOfKeyClient();
+    if (!secretMatches(client, basic.secret)) throw invalidClient('client authentication failed');
     return client;
   }
   if (bodyClientId === undefined) throw invalidClient('client authentication is required');
   const client = clients.get(bodyClientId);
   if (client === undefined) throw invalidClient('client authentication failed');
+  if (client.assertionKeys !== undefined) {
+    throw bodySecret !== undefined ? noSecretOfKeyClient() : invalidClient('this client must authenticate with private_key_jwt (client_assertion)');
+  }
   if (bodySecret !== undefined) {
     if (!secretMatches(client, bodySecret)) throw invalidClient('client authentication failed');
     return client;
   }
   if (client.kind === 'confidential') throw invalidClient('this client must authenticate with its secret');
+  return client;
+}
+
+/** private_key_jwt (RFC 7523 §2.2): the assertion alone authenticates; client_id, when sent, must name the same client. */
+async function authenticateByAssertion(
+  presented: PresentedCredentials,
+  assertion: NonNullable<PresentedCredentials['assertion']>,
+  clients: { get(clientId: string): ClientRecord | undefined },
+  verifyAssertion: AssertionVerifier,
+): Promise<ClientRecord> {
+  // RFC 6749 §2.3: one authentication method per request.
+  if (presented.basic !== undefined || presented.bodySecret !== undefined) {
+    throw invalidRequest('use one client authentication method: a client assertion or a client secret, not both');
+  }
+  if (assertion.type !== JWT_BEARER_ASSERTION) throw invalidClient(`client_assertion_type must be ${JWT_BEARER_ASSERTION}`);
+  if (assertion.jwt === undefined) throw invalidClient('client_assertion is required with client_assertion_type');
+  const clientId = presented.claimedClientId;
+  if (clientId === undefined) throw invalidClient('the client assertion names no client: send client_id, or sub in the assertion');
+  const client = clients.get(clientId);
+  if (client === undefined) throw invalidClient('client authentication failed');
+  if (client.assertionKeys === undefined) throw invalidClient('this client does not authenticate with private_key_jwt');
+  await verifyAssertion(client, assertion.jwt);
   return client;
 }
 

@@ -6,10 +6,10 @@ import { StoreUnavailableError } from '../store/unavailable.js';
 import { all, single } from '../http/params.js';
 import { decideResourceParameter } from '../policy/resource.js';
 import { decideRequestedScope, parseScope } from '../policy/scope.js';
-import type { DeviceAuthorizationRecord, DeviceCodeStore } from '../store/types.js';
+import type { DeviceAuthorizationRecord, DeviceCodeStore, ReplayStore } from '../store/types.js';
 import { newSecret, randomCode } from '../crypto/random.js';
 import { formatUserCode, USER_CODE_ALPHABET, USER_CODE_LENGTH } from '../policy/user-code.js';
-import { authenticateClient, claimedClient } from './client-auth.js';
+import { assertionVerifier, authenticateClient, claimedClient } from './client-auth.js';
 import { unwrap } from './grants/grant.js';
 import { handleFormEndpoint } from './form-endpoint.js';
 
@@ -23,7 +23,8 @@ const USER_CODE_DRAWS = 5;
 /** A fresh user code in its stored form: 8 characters of the alphabet, no dash. */
 export const newUserCode = (): string => randomCode(USER_CODE_ALPHABET, USER_CODE_LENGTH);
 
-export function deviceAuthorizationRoutes(ctx: AppContext, store: DeviceCodeStore): FastifyPluginAsync {
+export function deviceAuthorizationRoutes(ctx: AppContext, store: DeviceCodeStore & ReplayStore): FastifyPluginAsync {
+  const verifyAssertion = assertionVerifier(ctx, store, '/device_authorization');
   async function storeNewAuthorization(record: Omit<DeviceAuthorizationRecord, 'userCode'>): Promise<string> {
     for (let draw = 1; ; draw++) {
       const userCode = newUserCode();
@@ -39,7 +40,7 @@ export function deviceAuthorizationRoutes(ctx: AppContext, store: DeviceCodeStor
   return async (app) => {
     app.post('/device_authorization', async (request, reply) =>
       handleFormEndpoint(ctx, request, reply, async (params, presented) => {
-        const client = authenticateClient(presented, await claimedClient(ctx.clients, presented));
+        const client = await authenticateClient(presented, await claimedClient(ctx.clients, presented), verifyAssertion);
         if (client.kind !== 'device') throw new OAuthError('unauthorized_client', 'this client may not use the device authorization flow');
         // DESIGN.md §5: device tokens are for the whole audience, so any `resource` is refused, never ignored.
         unwrap(decideResourceParameter('device_code', all(params, 'resource')));

@@ -13,13 +13,13 @@ import { refreshTokenKey } from '../crypto/refresh-token.js';
 import { single } from '../http/params.js';
 import { invalidRequest } from '../policy/oauth-error.js';
 import { audienceClaim, grantAudience } from '../policy/resource.js';
-import type { GrantStore, RefreshTokenStore, RevokedTokenStore } from '../store/types.js';
-import { authenticateIntrospectionCaller, claimedClient, type IntrospectionCaller } from './client-auth.js';
+import type { GrantStore, RefreshTokenStore, ReplayStore, RevokedTokenStore } from '../store/types.js';
+import { assertionVerifier, authenticateIntrospectionCaller, claimedClient, type IntrospectionCaller } from './client-auth.js';
 import { handleFormEndpoint } from './form-endpoint.js';
 import { accessTokenStands } from './access-token-state.js';
 import { epochSeconds } from './token-claims.js';
 
-export type IntrospectionStores = GrantStore & RefreshTokenStore & RevokedTokenStore;
+export type IntrospectionStores = GrantStore & RefreshTokenStore & RevokedTokenStore & ReplayStore;
 
 const INACTIVE = Object.freeze({ active: false });
 
@@ -31,6 +31,7 @@ const looksLikeJwt = (token: string): boolean => token.split('.').length === 3;
 
 export function introspectionRoutes(ctx: AppContext, store: IntrospectionStores): FastifyPluginAsync {
   const verified = new VerifiedAccessTokens(REMEMBERED_TOKENS);
+  const verifyAssertion = assertionVerifier(ctx, store, '/introspect');
 
   async function accessToken(caller: IntrospectionCaller, token: string): Promise<Record<string, unknown>> {
     let payload: JWTPayload;
@@ -45,7 +46,10 @@ export function introspectionRoutes(ctx: AppContext, store: IntrospectionStores)
     const allowed = caller.kind === 'resource_server' ? audience.includes(caller.label) : clientId === caller.client.clientId;
     if (!allowed) return INACTIVE;
     if (!(await accessTokenStands(ctx, store, { jti, clientId }))) return INACTIVE;
-    return { active: true, scope: payload.scope, client_id: clientId, sub, aud, iss: payload.iss, exp: payload.exp, iat: payload.iat, jti, token_type: 'Bearer', token_use: 'access_token' };
+    // RFC 9449 §6.2: a DPoP-bound token says which key it is bound to.
+    const { cnf } = payload as JWTPayload & { cnf?: unknown };
+    const tokenType = cnf === undefined ? 'Bearer' : 'DPoP';
+    return { active: true, scope: payload.scope, client_id: clientId, sub, aud, iss: payload.iss, exp: payload.exp, iat: payload.iat, jti, token_type: tokenType, token_use: 'access_token', ...(cnf !== undefined && { cnf }) };
   }
 
   async function refreshToken(caller: IntrospectionCaller, token: string): Promise<Record<string, unknown>> {
@@ -74,7 +78,7 @@ export function introspectionRoutes(ctx: AppContext, store: IntrospectionStores)
   return async (app) => {
     app.post('/introspect', async (request, reply) =>
       handleFormEndpoint(ctx, request, reply, async (params, presented) => {
-        const caller = authenticateIntrospectionCaller(presented, await claimedClient(ctx.clients, presented), ctx.config.resourceServers);
+        const caller = await authenticateIntrospectionCaller(presented, await claimedClient(ctx.clients, presented), ctx.config.resourceServers, verifyAssertion);
         request.clientId = caller.kind === 'client' ? caller.client.clientId : caller.label;
         const token = single(params, 'token');
         if (token === undefined) throw invalidRequest('token is required');

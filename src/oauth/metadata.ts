@@ -1,9 +1,14 @@
 /** Authorization server metadata (RFC 8414, OIDC Discovery) and the JWK Set. */
 import type { FastifyInstance, FastifyPluginAsync } from 'fastify';
 import type { AppContext } from '../context.js';
+import { DPOP_ALGS } from '../crypto/dpop.js';
+import { ASYMMETRIC_ALGS } from '../crypto/jwk-set.js';
 import { DEVICE_CODE_GRANT } from './grants/device-code.js';
 
 export const SUPPORTED_GRANT_TYPES = ['authorization_code', 'refresh_token', 'client_credentials', DEVICE_CODE_GRANT] as const;
+
+/** Client authentication at /token, /revoke, /introspect and /par (DESIGN.md §4, §13). */
+const AUTH_METHODS = ['client_secret_basic', 'client_secret_post', 'none', 'private_key_jwt'];
 
 /** Lists exactly what is implemented; grows as endpoints land. */
 export function serverMetadata(ctx: AppContext): Record<string, unknown> {
@@ -26,8 +31,14 @@ export function serverMetadata(ctx: AppContext): Record<string, unknown> {
     end_session_endpoint: `${issuer}/logout`,
     revocation_endpoint: `${issuer}/revoke`,
     introspection_endpoint: `${issuer}/introspect`,
-    revocation_endpoint_auth_methods_supported: ['client_secret_basic', 'client_secret_post', 'none'],
-    introspection_endpoint_auth_methods_supported: ['client_secret_basic', 'client_secret_post', 'none'],
+    revocation_endpoint_auth_methods_supported: AUTH_METHODS,
+    introspection_endpoint_auth_methods_supported: AUTH_METHODS,
+    // DESIGN.md §13: private_key_jwt assertions are checked with these, at every endpoint that authenticates clients.
+    revocation_endpoint_auth_signing_alg_values_supported: [...ASYMMETRIC_ALGS],
+    introspection_endpoint_auth_signing_alg_values_supported: [...ASYMMETRIC_ALGS],
+    pushed_authorization_request_endpoint: `${issuer}/par`,
+    require_pushed_authorization_requests: false,
+    dpop_signing_alg_values_supported: [...DPOP_ALGS],
     scopes_supported: [...scopes],
     response_types_supported: ['code'],
     response_modes_supported: ['query'],
@@ -35,7 +46,8 @@ export function serverMetadata(ctx: AppContext): Record<string, unknown> {
     subject_types_supported: ['public'],
     // Resource-server libraries read this list to learn the access tokens' ES256 too (DESIGN.md §4).
     id_token_signing_alg_values_supported: ['RS256', 'ES256'],
-    token_endpoint_auth_methods_supported: ['client_secret_basic', 'client_secret_post', 'none'],
+    token_endpoint_auth_methods_supported: AUTH_METHODS,
+    token_endpoint_auth_signing_alg_values_supported: [...ASYMMETRIC_ALGS],
     code_challenge_methods_supported: ['S256'],
     claims_supported: ['iss', 'sub', 'aud', 'exp', 'iat', 'auth_time', 'nonce', 'at_hash', 'email', 'name'],
     prompt_values_supported: ['none', 'login'],

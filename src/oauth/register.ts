@@ -38,6 +38,7 @@ const REQUEST = z.object({
   client_uri: httpsUrl.optional(),
   logo_uri: httpsUrl.optional(),
   scope: text(1000).optional(),
+  dpop_bound_access_tokens: z.boolean({ error: 'dpop_bound_access_tokens must be true or false' }).optional(),
 });
 
 /** Checks a registration request fully before anything is stored (DESIGN.md §1). */
@@ -71,6 +72,8 @@ export function validateRegistration(body: unknown, dynamic: DynamicClientsConfi
     ...(request.client_uri !== undefined && { client_uri: request.client_uri }),
     ...(request.logo_uri !== undefined && { logo_uri: request.logo_uri }),
     ...(request.scope !== undefined && { scope: request.scope }),
+    // RFC 9449 §5.2, DESIGN.md §13: stored and answered only when true (false is the default anyway).
+    ...(request.dpop_bound_access_tokens === true && { dpop_bound_access_tokens: true }),
   };
 }
 

@@ -10,12 +10,12 @@ import { verifyAccessToken } from '../crypto/jwt.js';
 import { refreshTokenKey } from '../crypto/refresh-token.js';
 import { single } from '../http/params.js';
 import { invalidRequest } from '../policy/oauth-error.js';
-import type { GrantStore, RefreshTokenStore, RevokedTokenStore } from '../store/types.js';
-import { authenticateClient, claimedClient } from './client-auth.js';
+import type { GrantStore, RefreshTokenStore, ReplayStore, RevokedTokenStore } from '../store/types.js';
+import { assertionVerifier, authenticateClient, claimedClient } from './client-auth.js';
 import { handleFormEndpoint } from './form-endpoint.js';
 import { grantIdOfJti } from './token-claims.js';
 
-export type RevocationStores = GrantStore & RefreshTokenStore & RevokedTokenStore;
+export type RevocationStores = GrantStore & RefreshTokenStore & RevokedTokenStore & ReplayStore;
 
 export function revocationRoutes(ctx: AppContext, store: RevocationStores): FastifyPluginAsync {
   /** The grant (or, without one, the jti) a token of `clientId` names; undefined when it is not such a token. */
@@ -40,10 +40,11 @@ export function revocationRoutes(ctx: AppContext, store: RevocationStores): Fast
     return undefined;
   }
 
+  const verifyAssertion = assertionVerifier(ctx, store, '/revoke');
   return async (app) => {
     app.post('/revoke', async (request, reply) =>
       handleFormEndpoint(ctx, request, reply, async (params, presented) => {
-        const client = authenticateClient(presented, await claimedClient(ctx.clients, presented));
+        const client = await authenticateClient(presented, await claimedClient(ctx.clients, presented), verifyAssertion);
         const token = single(params, 'token');
         if (token === undefined) throw invalidRequest('token is required');
         const target = await whatToRevoke(client.clientId, token);

@@ -13,6 +13,8 @@ export interface AccessTokenInput {
   readonly clientId: string;
   readonly audience: Audience;
   readonly scope: readonly string[];
+  /** RFC 9449 §6.1: the JWK thumbprint of the DPoP key the token is bound to (`cnf.jkt`). */
+  readonly confirmation?: string;
   readonly lifetimeSeconds: number;
   readonly authTime?: number;
   /** The grant the token belongs to; none for client_credentials. */
@@ -39,6 +41,7 @@ export function accessTokenClaims(input: AccessTokenInput, now: number): Record<
     jti: input.grantId === undefined ? randomText(16) : `${input.grantId}${JTI_SEPARATOR}${randomText(16)}`,
     client_id: input.clientId,
     scope: input.scope.join(' '),
+    ...(input.confirmation !== undefined && { cnf: { jkt: input.confirmation } }),
   };
   if (input.authTime !== undefined) claims.auth_time = epochSeconds(input.authTime);
   return claims;

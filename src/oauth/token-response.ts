@@ -8,7 +8,8 @@ import { accessTokenClaims, idTokenClaims } from './token-claims.js';
 
 export interface TokenResponse {
   readonly access_token: string;
-  readonly token_type: 'Bearer';
+  /** RFC 9449 §5: DPoP for a token bound to the request's proof key. */
+  readonly token_type: 'Bearer' | 'DPoP';
   readonly expires_in: number;
   readonly scope: string;
   readonly refresh_token?: string;
@@ -29,6 +30,8 @@ export interface IssueInput {
   readonly subject: string;
   readonly audience: Audience;
   readonly scope: readonly string[];
+  /** RFC 9449: the DPoP key (thumbprint) the access token is bound to. */
+  readonly confirmation?: string;
   readonly authTime?: number;
   /** New refresh token value, already stored. */
   readonly refreshToken?: string;
@@ -47,6 +50,7 @@ export async function issueTokens(ctx: AppContext, input: IssueInput, now: numbe
       clientId: input.client.clientId,
       audience: input.audience,
       scope: input.scope,
+      confirmation: input.confirmation,
       lifetimeSeconds,
       authTime: input.authTime,
       grantId: input.grantId,
@@ -54,7 +58,7 @@ export async function issueTokens(ctx: AppContext, input: IssueInput, now: numbe
   );
   const response: { -readonly [K in keyof TokenResponse]: TokenResponse[K] } = {
     access_token: accessToken,
-    token_type: 'Bearer',
+    token_type: input.confirmation === undefined ? 'Bearer' : 'DPoP',
     expires_in: lifetimeSeconds,
     scope: input.scope.join(' '),
   };

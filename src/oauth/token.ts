@@ -3,8 +3,10 @@ import type { FastifyPluginAsync } from 'fastify';
 import type { AppContext } from '../context.js';
 import { single } from '../http/params.js';
 import { OAuthError } from '../policy/oauth-error.js';
-import type { AuthorizationCodeStore, DeviceCodeStore, GrantStore, RefreshTokenStore } from '../store/types.js';
-import { authenticateClient, claimedClient } from './client-auth.js';
+import { proofRequirement } from '../policy/sender-constraint.js';
+import type { AuthorizationCodeStore, DeviceCodeStore, GrantStore, RefreshTokenStore, ReplayStore } from '../store/types.js';
+import { assertionVerifier, authenticateClient, claimedClient } from './client-auth.js';
+import { proofOf, useProofOnce } from './dpop-request.js';
 import { handleFormEndpoint } from './form-endpoint.js';
 import { authorizationCodeGrant } from './grants/authorization-code.js';
 import { clientCredentialsGrant } from './grants/client-credentials.js';
@@ -13,7 +15,7 @@ import { runGrant, type GrantHandler } from './grants/grant.js';
 import { refreshTokenGrant } from './grants/refresh-token.js';
 
 /** The state /token reads and changes. */
-export type TokenStores = GrantStore & AuthorizationCodeStore & RefreshTokenStore & DeviceCodeStore;
+export type TokenStores = GrantStore & AuthorizationCodeStore & RefreshTokenStore & DeviceCodeStore & ReplayStore;
 
 export type GrantTable = ReadonlyMap<string, GrantHandler<unknown>>;
 
@@ -29,6 +31,7 @@ export function grantTable(ctx: AppContext, store: TokenStores): GrantTable {
 
 export function tokenRoutes(ctx: AppContext, store: TokenStores): FastifyPluginAsync {
   const grants = grantTable(ctx, store);
+  const verifyAssertion = assertionVerifier(ctx, store, '/token');
   return async (app) => {
     app.post('/token', async (request, reply) =>
       handleFormEndpoint(ctx, request, reply, async (params, presented) => {
@@ -36,11 +39,17 @@ export function tokenRoutes(ctx: AppContext, store: TokenStores): FastifyPluginA
         if (grantType === undefined) throw new OAuthError('invalid_request', 'grant_type is required');
         const handler = grants.get(grantType);
         if (handler === undefined) throw new OAuthError('unsupported_grant_type', `grant_type "${grantType}" is not supported`);
-        const client = authenticateClient(presented, await claimedClient(ctx.clients, presented));
+        // RFC 9449 §5: a proof is judged before the client (it writes nothing; an assertion's jti is recorded).
+        const proof = await proofOf(ctx, request);
+        const client = await authenticateClient(presented, await claimedClient(ctx.clients, presented), verifyAssertion);
+        const unproven = proofRequirement(client, proof !== undefined);
+        if (unproven !== undefined) throw unproven;
         const audit = (fields: Record<string, unknown>): void => {
           request.audit = fields;
         };
-        const body = await runGrant(handler, store, ctx.metrics, { client, params, now: ctx.now(), log: request.log, audit });
+        const now = ctx.now();
+        const binding = proof === undefined ? {} : { proofKey: proof.jkt, beforeChanges: () => useProofOnce(store, proof, now) };
+        const body = await runGrant(handler, store, ctx.metrics, { client, params, now, log: request.log, audit, ...binding });
         return { body };
       }),
     );

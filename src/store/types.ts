@@ -262,6 +262,8 @@ export interface RegisteredClientMetadata {
   readonly client_uri?: string;
   readonly logo_uri?: string;
   readonly scope?: string;
+  /** RFC 9449 §5.2: every access token of this client must be DPoP-bound (DESIGN.md §13). */
+  readonly dpop_bound_access_tokens?: boolean;
 }
 
 export interface RegisteredClientRecord {

@@ -4,6 +4,7 @@ import { pkceChallengeOf, digestOf } from '../../crypto/digest.js';
 import { newRefreshToken } from '../../crypto/refresh-token.js';
 import { all, single } from '../../http/params.js';
 import type { Audience } from '../../policy/resource.js';
+import { refreshTokenBinding } from '../../policy/sender-constraint.js';
 import { badCode, checkCodeExchangeRequest, decideCodeExchange } from '../../policy/token-requests.js';
 import type { AuthorizationCodeRecord, AuthorizationCodeStore, Grant, GrantStore } from '../../store/types.js';
 import { issueTokens } from '../token-response.js';
@@ -34,8 +35,9 @@ export function authorizationCodeGrant(ctx: AppContext, store: AuthorizationCode
     },
 
     async respond(request, { code, grant, audience }) {
-      const { client, now } = request;
-      const refresh = client.refreshLifetimeMs === undefined ? undefined : newRefreshToken(grant.id, now, client.refreshLifetimeMs);
+      const { client, now, proofKey } = request;
+      const boundKey = refreshTokenBinding(client, proofKey);
+      const refresh = client.refreshLifetimeMs === undefined ? undefined : newRefreshToken(grant.id, now, client.refreshLifetimeMs, boundKey);
       // The code is used and the refresh token stored in one transaction: one commit per exchange.
       // The grant lives at least as long as the access token, so /introspect finds it (DESIGN.md §8).
       if (!(await store.consumeCode(code.digest, now, now + ctx.config.accessTokenLifetimeMs, refresh?.record))) {
@@ -51,6 +53,7 @@ export function authorizationCodeGrant(ctx: AppContext, store: AuthorizationCode
           subject: grant.subject,
           audience,
           scope: grant.scope,
+          confirmation: proofKey,
           authTime: grant.authTime,
           refreshToken: refresh?.value,
           idToken: { nonce: code.nonce, claims: grant.claims, authTime: grant.authTime },

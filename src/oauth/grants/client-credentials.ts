@@ -20,9 +20,9 @@ export function clientCredentialsGrant(ctx: AppContext): GrantHandler<ValidClien
       return decideClientCredentials({ client, issuer: ctx.issuer, requestedScope: parseScope(single(params, 'scope')), requested: all(params, 'resource') });
     },
 
-    async respond({ client, now }, { scope, audience }) {
+    async respond({ client, now, proofKey }, { scope, audience }) {
       // RFC 9068 §2.2: with no person, the subject is the client itself.
-      return issueTokens(ctx, { client, subject: client.clientId, audience, scope }, now);
+      return issueTokens(ctx, { client, subject: client.clientId, audience, scope, confirmation: proofKey }, now);
     },
   };
 }

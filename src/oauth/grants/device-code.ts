@@ -5,6 +5,7 @@ import { digestOf } from '../../crypto/digest.js';
 import { newRefreshToken } from '../../crypto/refresh-token.js';
 import { all, single } from '../../http/params.js';
 import { OAuthError } from '../../policy/oauth-error.js';
+import { refreshTokenBinding } from '../../policy/sender-constraint.js';
 import { badDeviceCode, checkDevicePollRequest, decideDevicePoll, type DevicePoll } from '../../policy/token-requests.js';
 import type { DeviceAuthorizationRecord, DeviceCodeStore, Grant } from '../../store/types.js';
 import { issueTokens } from '../token-response.js';
@@ -31,7 +32,7 @@ export function deviceCodeGrant(ctx: AppContext, store: DeviceCodeStore): GrantH
       return { ok: true, value: { record, poll: decision.value } };
     },
 
-    async respond({ client, now }, { record, poll }) {
+    async respond({ client, now, proofKey }, { record, poll }) {
       if (poll.outcome === 'waiting') {
         // The poll time is state the interval rule needs (RFC 8628 §3.5), so even a waiting answer records it.
         await store.recordPoll(record.deviceCodeDigest, now, poll.tooFast);
@@ -49,7 +50,8 @@ export function deviceCodeGrant(ctx: AppContext, store: DeviceCodeStore): GrantH
       const authTime = record.authTime ?? record.createdAt;
       const claims = record.claims ?? {};
       const grantId = randomUUID();
-      const refresh = client.refreshLifetimeMs === undefined ? undefined : newRefreshToken(grantId, now, client.refreshLifetimeMs);
+      const boundKey = refreshTokenBinding(client, proofKey);
+      const refresh = client.refreshLifetimeMs === undefined ? undefined : newRefreshToken(grantId, now, client.refreshLifetimeMs, boundKey);
       const grant: Grant = {
         id: grantId,
         clientId: client.clientId,
@@ -72,6 +74,7 @@ export function deviceCodeGrant(ctx: AppContext, store: DeviceCodeStore): GrantH
           subject,
           audience: poll.audience,
           scope: grant.scope,
+          confirmation: proofKey,
           authTime,
           refreshToken: refresh?.value,
           // An ID token when the scope has openid, as for the code flow (no nonce: the device sent none).

@@ -19,6 +19,10 @@ export interface TokenRequest {
   readonly log: FastifyBaseLogger;
   /** Records the request's audit fields: its access line carries them (DESIGN.md §10). */
   readonly audit: (fields: Record<string, unknown>) => void;
+  /** RFC 9449: the thumbprint of the key of the request's valid DPoP proof; the tokens issued are bound to it. */
+  readonly proofKey?: string;
+  /** The last check, once validate() accepted the request and before respond() changes state (the proof's jti, used once). */
+  readonly beforeChanges?: () => Promise<void>;
 }
 
 export interface GrantHandler<Validated> {
@@ -34,6 +38,7 @@ export async function runGrant<V>(handler: GrantHandler<V>, grants: GrantStore, 
     if (decision.revokeGrant !== undefined) await revokeReplayed(grants, metrics, request, decision.revokeGrant, handler.grantType);
     throw decision.error;
   }
+  await request.beforeChanges?.();
   const issued = await handler.respond(request, decision.value);
   metrics.tokensIssued.inc({ grant_type: handler.grantType });
   request.audit({ event: 'token_issued', client_id: request.client.clientId, grant_type: handler.grantType, aud: issued.audience, scope: issued.response.scope, grant_id: issued.grantId });

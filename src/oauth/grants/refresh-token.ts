@@ -7,6 +7,7 @@ import { newRefreshToken, refreshTokenKey } from '../../crypto/refresh-token.js'
 import { all, single } from '../../http/params.js';
 import type { Audience } from '../../policy/resource.js';
 import { parseScope } from '../../policy/scope.js';
+import { bindingRefusal, refreshTokenBinding } from '../../policy/sender-constraint.js';
 import { badRefreshToken, checkRefreshRequest, decideRefresh, withinReuseGrace, type RefreshState } from '../../policy/token-requests.js';
 import type { Grant, GrantStore, RefreshLookup, RefreshTokenStore } from '../../store/types.js';
 import { issueTokens } from '../token-response.js';
@@ -19,6 +20,8 @@ interface ValidRefresh {
   readonly scope: readonly string[];
   readonly audience: Audience;
   readonly lifetimeMs: number;
+  /** RFC 9449 §5: the DPoP key the presented token was bound to, which its successor keeps. */
+  readonly boundKey?: string;
 }
 
 export function refreshTokenGrant(ctx: AppContext, store: RefreshTokenStore & GrantStore): GrantHandler<ValidRefresh> {
@@ -35,7 +38,7 @@ export function refreshTokenGrant(ctx: AppContext, store: RefreshTokenStore & Gr
   return {
     grantType: 'refresh_token',
 
-    async validate({ client, params, now }) {
+    async validate({ client, params, now, proofKey }) {
       const requested = all(params, 'resource');
       const shape = checkRefreshRequest(client, requested, single(params, 'refresh_token'), parseScope(single(params, 'scope')));
       if (!shape.ok) return shape;
@@ -43,6 +46,10 @@ export function refreshTokenGrant(ctx: AppContext, store: RefreshTokenStore & Gr
       const key = refreshTokenKey(presented);
       if (key === undefined) return { ok: false, error: badRefreshToken() };
       const lookup = await store.findRefreshToken(key.grantId, key.digest, now);
+      // RFC 9449 §5: a bound token without its key's proof is refused before reuse detection, so it cannot revoke.
+      const boundKey = lookup.status === 'active' ? lookup.token.boundKey : lookup.status === 'rotated' ? lookup.boundKey : undefined;
+      const unbound = bindingRefusal(boundKey, proofKey);
+      if (unbound !== undefined) return { ok: false, error: unbound };
       const { state, grant } = await stateOf(lookup, client.clientId, client.refreshReuseGraceMs, now);
       const subjectExists = grant === undefined || ctx.isKnownSubject(grant.subject);
       const decision = decideRefresh({ client, issuer: ctx.issuer, state, requestedScope, requested, subjectExists });
@@ -50,12 +57,12 @@ export function refreshTokenGrant(ctx: AppContext, store: RefreshTokenStore & Gr
       if (grant === undefined) return { ok: false, error: badRefreshToken() };
       const { scope, audience } = decision.value;
       const rotate = lookup.status === 'active' ? lookup.token.digest : undefined;
-      return { ok: true, value: { ...(rotate !== undefined && { rotate }), grant, scope, audience, lifetimeMs: shape.value.lifetimeMs } };
+      return { ok: true, value: { ...(rotate !== undefined && { rotate }), grant, scope, audience, lifetimeMs: shape.value.lifetimeMs, ...(boundKey !== undefined && { boundKey }) } };
     },
 
-    async respond(request, { rotate, grant, scope, audience, lifetimeMs }) {
-      const { client, now } = request;
-      const next = newRefreshToken(grant.id, now, lifetimeMs);
+    async respond(request, { rotate, grant, scope, audience, lifetimeMs, boundKey }) {
+      const { client, now, proofKey } = request;
+      const next = newRefreshToken(grant.id, now, lifetimeMs, refreshTokenBinding(client, proofKey, boundKey));
       let stored = rotate === undefined ? await store.addRefreshToken(next.record, now) : await store.rotateRefreshToken(rotate, next.record, now, grant.expiresAt);
       // Lost a race with a parallel refresh of the same token, which rotated it just now: within a grace that is the
       // case the grace exists for (a sibling of the same grant); without one it is reuse (DESIGN.md §6).
@@ -65,7 +72,7 @@ export function refreshTokenGrant(ctx: AppContext, store: RefreshTokenStore & Gr
         throw badRefreshToken();
       }
       if (rotate === undefined) request.log.info({ client_id: client.clientId, grant_id: grant.id }, 'rotated refresh token presented again within the reuse grace');
-      return issueTokens(ctx, { client, grantId: grant.id, subject: grant.subject, audience, scope, authTime: grant.authTime, refreshToken: next.value }, now);
+      return issueTokens(ctx, { client, grantId: grant.id, subject: grant.subject, audience, scope, confirmation: proofKey, authTime: grant.authTime, refreshToken: next.value }, now);
     },
   };
 }

@@ -1,0 +1,110 @@
+/**
+ * private_key_jwt client authentication (RFC 7523 §2.2 and §3, OpenID Connect Core §9, DESIGN.md §13): a JWT the
+ * client signs with one of its keys, verified by jose against the client's JWK Set. Pure apart from fetching a
+ * metadata document's jwks_uri; the caller records the jti as used and turns a refusal into `invalid_client`.
+ */
+import { createLocalJWKSet, errors, jwtVerify, type JSONWebKeySet, type JWTPayload, type JWTVerifyGetKey } from 'jose';
+import type { AssertionKeys } from '../config/types.js';
+import { sha256 } from '../crypto/digest.js';
+import { ASYMMETRIC_ALGS } from '../crypto/jwk-set.js';
+
+/** RFC 7523 §2.2: the one client_assertion_type. */
+export const JWT_BEARER_ASSERTION = 'urn:ietf:params:oauth:client-assertion-type:jwt-bearer';
+
+/** DESIGN.md §13: an assertion's exp is at most this far ahead, so a leaked one is short-lived and its jti record too. */
+export const MAX_ASSERTION_LIFETIME_SECONDS = 300;
+
+/** A jti longer than this is no random identifier; refused so the store never keys on attacker-sized text. */
+const MAX_JTI_LENGTH = 256;
+
+/** What an accepted assertion leaves to record: its jti, used once (RFC 7523 §3 item 7), until it expires. */
+export interface AcceptedAssertion {
+  readonly replay: { readonly id: string; readonly expiresAt: number };
+}
+
+export type AssertionCheck = { readonly ok: true; readonly accepted: AcceptedAssertion } | { readonly ok: false; readonly reason: string };
+
+export interface AssertionExpectation {
+  readonly clientId: string;
+  readonly issuer: string;
+  /** The endpoint's own URL (e.g. `<issuer>/token`), which `aud` may name instead of the issuer. */
+  readonly endpointUrl: string;
+  readonly now: number;
+}
+
+/** Fetches a metadata document's jwks_uri under the document's fetch rules and cache (http/metadata-document.ts). */
+export interface KeySetFetcher {
+  resolveKeySet(url: string): Promise<{ readonly ok: true; readonly jwks: JSONWebKeySet } | { readonly ok: false; readonly reason: string }>;
+}
+
+/** Why jose refused the assertion, in words for the client (never the assertion itself). */
+function joseReason(error: unknown): string {
+  if (error instanceof errors.JWTExpired) return 'the client assertion has expired';
+  if (error instanceof errors.JWTClaimValidationFailed) {
+    if (error.reason === 'missing') return `the client assertion has no ${error.claim} claim`;
+    if (error.claim === 'iss' || error.claim === 'sub') return `the client assertion's ${error.claim} must be the client_id`;
+    if (error.claim === 'aud') return "the client assertion's aud must name the issuer or this endpoint's URL";
+    if (error.claim === 'nbf') return 'the client assertion is not valid yet (nbf)';
+    return `the client assertion's ${error.claim} claim is not valid`;
+  }
+  if (error instanceof errors.JOSEAlgNotAllowed) return `the client assertion must be signed with one of ${ASYMMETRIC_ALGS.join(', ')}`;
+  if (error instanceof errors.JWKSNoMatchingKey || error instanceof errors.JWSSignatureVerificationFailed) {
+    return 'the client assertion is not signed by a key of this client';
+  }
+  return 'the client assertion is not a valid signed JWT';
+}
+
+/**
+ * Checks a client assertion fully except that its jti was not used before: signature by one of the client's keys
+ * (asymmetric algorithms only), iss = sub = client_id, aud naming the issuer or the endpoint, exp present and at most
+ * 5 minutes ahead, a jti.
+ */
+export async function verifyClientAssertion(assertion: string, keys: JWTVerifyGetKey, expected: AssertionExpectation): Promise<AssertionCheck> {
+  let payload: JWTPayload;
+  try {
+    ({ payload } = await jwtVerify(assertion, keys, {
+      algorithms: [...ASYMMETRIC_ALGS],
+      issuer: expected.clientId,
+      subject: expected.clientId,
+      audience: [expected.issuer, expected.endpointUrl],
+      requiredClaims: ['iss', 'sub', 'aud', 'exp', 'jti'],
+      currentDate: new Date(expected.now),
+    }));
+  } catch (error) {
+    return { ok: false, reason: joseReason(error) };
+  }
+  const { exp, jti } = payload as { exp: number; jti: unknown };
+  if (exp > expected.now / 1000 + MAX_ASSERTION_LIFETIME_SECONDS) {
+    return { ok: false, reason: `the client assertion's exp is more than ${MAX_ASSERTION_LIFETIME_SECONDS / 60} minutes ahead` };
+  }
+  if (typeof jti !== 'string' || jti.length === 0 || jti.length > MAX_JTI_LENGTH) {
+    return { ok: false, reason: `the client assertion's jti must be a string of 1 to ${MAX_JTI_LENGTH} characters` };
+  }
+  const id = sha256(`${expected.clientId}\n${jti}`).toString('hex');
+  return { ok: true, accepted: { replay: { id, expiresAt: (exp + 1) * 1000 } } };
+}
+
+/** jose key sets of clients, built once per JWK Set (a configured one, or the copy the document cache holds). */
+export class ClientKeySets {
+  readonly #built = new WeakMap<JSONWebKeySet, JWTVerifyGetKey>();
+  readonly #fetcher: KeySetFetcher | undefined;
+
+  constructor(fetcher?: KeySetFetcher) {
+    this.#fetcher = fetcher;
+  }
+
+  /** The keys a client's assertions verify with, or why there are none to use now. */
+  async keysOf(keys: AssertionKeys): Promise<{ readonly ok: true; readonly keys: JWTVerifyGetKey } | { readonly ok: false; readonly reason: string }> {
+    let jwks: JSONWebKeySet;
+    if ('jwks' in keys) jwks = keys.jwks;
+    else {
+      if (this.#fetcher === undefined) return { ok: false, reason: "the client's jwks_uri cannot be fetched here" };
+      const fetched = await this.#fetcher.resolveKeySet(keys.jwksUri);
+      if (!fetched.ok) return fetched;
+      jwks = fetched.jwks;
+    }
+    let built = this.#built.get(jwks);
+    if (built === undefined) this.#built.set(jwks, (built = createLocalJWKSet(jwks)));
+    return { ok: true, keys: built };
+  }
+}

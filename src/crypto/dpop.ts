@@ -1,0 +1,121 @@
+/**
+ * DPoP proofs (RFC 9449 §4.3, DESIGN.md §13): verified by jose with the public key the proof carries in its own
+ * header (EmbeddedJWK), the checks named by the RFC made explicitly so each refusal says what was wrong. Pure: the
+ * caller records the proof's jti as used (store), and turns a refusal into `invalid_dpop_proof`.
+ */
+import { calculateJwkThumbprint, decodeProtectedHeader, EmbeddedJWK, errors, jwtVerify, type JWK, type JWTPayload } from 'jose';
+import { sha256 } from './digest.js';
+import { ASYMMETRIC_ALGS, privateMembersOf } from './jwk-set.js';
+
+/** DESIGN.md §13 `dpop_signing_alg_values_supported`. */
+export const DPOP_ALGS = ASYMMETRIC_ALGS;
+
+/** RFC 9449 §11.1, DESIGN.md §13: a proof's iat may be this far from the server's clock, either way. */
+export const PROOF_WINDOW_SECONDS = 60;
+
+/** A jti longer than this is no random identifier; refused so the store never keys on attacker-sized text. */
+const MAX_JTI_LENGTH = 256;
+
+/** A verified proof: the key it binds to, and what to record so it is accepted once. */
+export interface DpopProof {
+  /** RFC 7638 SHA-256 thumbprint of the proof's public key: a bound token's `cnf.jkt` (RFC 9449 §6.1). */
+  readonly jkt: string;
+  /** Recorded as used (kind `dpop`) until the proof's iat can no longer be accepted (RFC 9449 §11.1). */
+  readonly replay: { readonly id: string; readonly expiresAt: number };
+}
+
+export type ProofCheck = { readonly ok: true; readonly proof: DpopProof } | { readonly ok: false; readonly reason: string };
+
+/** What the request the proof came with was. */
+export interface ProofExpectation {
+  /** The request's method (RFC 9449 §4.3 check 8, htm). */
+  readonly method: string;
+  /** The request's URL as the issuer sees it (base_url + path), without query and fragment (check 9, htu). */
+  readonly url: string;
+  readonly now: number;
+  /** At a protected resource: the access token the proof must name by hash (ath, check 11). */
+  readonly accessToken?: string;
+}
+
+const refuse = (reason: string): ProofCheck => ({ ok: false, reason });
+
+/** RFC 9449 §4.3: htu is compared without query and fragment, after URL normalisation (scheme and host case, default port). */
+function comparableUrl(text: string): string | undefined {
+  if (!URL.canParse(text)) return undefined;
+  const url = new URL(text);
+  return `${url.origin}${url.pathname}`;
+}
+
+/** RFC 9449 §4.2 ath: base64url of the SHA-256 of the access token's ASCII text. */
+export const accessTokenHashOf = (accessToken: string): string => sha256(accessToken).toString('base64url');
+
+/** The one DPoP header value of a request, from Node's raw header list (RFC 9449 §4.3 check 1: exactly one). */
+export function dpopHeaderOf(rawHeaders: readonly string[]): { readonly value?: string } | { readonly error: string } {
+  const values: string[] = [];
+  for (let index = 0; index + 1 < rawHeaders.length; index += 2) {
+    if ((rawHeaders[index] as string).toLowerCase() === 'dpop') values.push(rawHeaders[index + 1] as string);
+  }
+  if (values.length > 1) return { error: 'more than one DPoP header was sent; send exactly one proof' };
+  return values.length === 1 ? { value: values[0] } : {};
+}
+
+/** Why jose refused the proof, in words for the client. */
+function joseReason(error: unknown): string {
+  if (error instanceof errors.JWTExpired) return 'the DPoP proof has expired (exp)';
+  if (error instanceof errors.JWTClaimValidationFailed) {
+    return error.reason === 'missing' ? `the DPoP proof has no ${error.claim} claim` : `the DPoP proof's ${error.claim} claim is not valid`;
+  }
+  if (error instanceof errors.JWSSignatureVerificationFailed) return "the DPoP proof's signature does not verify with the key in its jwk header";
+  if (error instanceof errors.JOSEAlgNotAllowed) return `the DPoP proof must be signed with one of ${DPOP_ALGS.join(', ')}`;
+  return 'the DPoP proof is not a valid signed JWT with a usable public key in its jwk header';
+}
+
+/**
+ * Checks a DPoP proof as RFC 9449 §4.3 lists, except that its jti was not seen before (the caller records it last, so a
+ * refused request leaves it unrecorded): typ, alg, a public jwk, the signature, htm, htu, iat within 60 s, ath.
+ */
+export async function verifyDpopProof(proof: string, expected: ProofExpectation): Promise<ProofCheck> {
+  let header: ReturnType<typeof decodeProtectedHeader>;
+  try {
+    header = decodeProtectedHeader(proof);
+  } catch {
+    return refuse('the DPoP proof is not a JWT');
+  }
+  if (header.typ !== 'dpop+jwt') return refuse('the DPoP proof must have the header typ "dpop+jwt"');
+  if (typeof header.alg !== 'string' || !(DPOP_ALGS as readonly string[]).includes(header.alg)) {
+    return refuse(`the DPoP proof must be signed with one of ${DPOP_ALGS.join(', ')}`);
+  }
+  const jwk = header.jwk;
+  if (typeof jwk !== 'object' || jwk === null || Array.isArray(jwk)) return refuse('the DPoP proof must carry its public key in the jwk header');
+  if (privateMembersOf(jwk as Record<string, unknown>).length > 0) return refuse("the DPoP proof's jwk header must hold a public key, without private key members");
+
+  let payload: JWTPayload;
+  try {
+    ({ payload } = await jwtVerify(proof, EmbeddedJWK, {
+      typ: 'dpop+jwt',
+      algorithms: [...DPOP_ALGS],
+      requiredClaims: ['jti', 'htm', 'htu', 'iat'],
+      currentDate: new Date(expected.now),
+    }));
+  } catch (error) {
+    return refuse(joseReason(error));
+  }
+  const { htm, htu, iat, jti } = payload as JWTPayload & { htm?: unknown; htu?: unknown };
+  if (htm !== expected.method) return refuse(`the DPoP proof's htm must be "${expected.method}", the method of this request`);
+  if (typeof htu !== 'string' || comparableUrl(htu) !== comparableUrl(expected.url)) {
+    return refuse(`the DPoP proof's htu must be "${expected.url}", the URL of this request`);
+  }
+  if (typeof iat !== 'number' || Math.abs(expected.now / 1000 - iat) > PROOF_WINDOW_SECONDS) {
+    return refuse(`the DPoP proof's iat is not within ${PROOF_WINDOW_SECONDS} seconds of the server's time`);
+  }
+  if (typeof jti !== 'string' || jti.length === 0 || jti.length > MAX_JTI_LENGTH) {
+    return refuse(`the DPoP proof's jti must be a string of 1 to ${MAX_JTI_LENGTH} characters`);
+  }
+  if (expected.accessToken !== undefined && (payload as { ath?: unknown }).ath !== accessTokenHashOf(expected.accessToken)) {
+    return refuse("the DPoP proof's ath is not the hash of the access token presented with it");
+  }
+  const jkt = await calculateJwkThumbprint(jwk as JWK, 'sha256');
+  // Keyed by the key and the jti, hashed to a fixed length; counted as used for as long as iat could still be accepted.
+  const id = sha256(`${jkt}.${jti}`).toString('hex');
+  return { ok: true, proof: { jkt, replay: { id, expiresAt: (iat + PROOF_WINDOW_SECONDS + 1) * 1000 } } };
+}

@@ -1,0 +1,39 @@
+/**
+ * The DPoP proof of a request (RFC 9449 §4, DESIGN.md §13), for /token and /userinfo: read from the one DPoP header,
+ * checked against the request as the issuer sees it (base_url + path), and used once. A refusal is
+ * `invalid_dpop_proof`; no proof, header or key material ever reaches a log line (log.ts redacts the header).
+ */
+import type { FastifyRequest } from 'fastify';
+import type { AppContext } from '../context.js';
+import { dpopHeaderOf, verifyDpopProof, type DpopProof } from '../crypto/dpop.js';
+import { OAuthError } from '../policy/oauth-error.js';
+import type { ReplayStore } from '../store/types.js';
+
+export const invalidProof = (description: string, status = 400): OAuthError => new OAuthError('invalid_dpop_proof', description, status);
+
+/** The issuer's scheme, host and port: a request's URL as the issuer sees it is this and the request's path. */
+const originOf = (issuer: string): string => new URL(issuer).origin;
+
+/**
+ * The verified proof the request carries, undefined when it carries none; throws invalid_dpop_proof for a refused
+ * one. `accessToken` is the token the proof must name (ath) at a protected resource. The jti is not recorded here.
+ */
+export async function proofOf(ctx: AppContext, request: FastifyRequest, accessToken?: string, status = 400): Promise<DpopProof | undefined> {
+  const header = dpopHeaderOf(request.raw.rawHeaders);
+  if ('error' in header) throw invalidProof(header.error, status);
+  if (header.value === undefined) return undefined;
+  const url = `${originOf(ctx.issuer)}${request.url.split('?')[0] ?? ''}`;
+  const check = await verifyDpopProof(header.value, { method: request.method, url, now: ctx.now(), ...(accessToken !== undefined && { accessToken }) });
+  if (!check.ok) throw invalidProof(check.reason, status);
+  return check.proof;
+}
+
+/**
+ * Records the proof's jti (RFC 9449 §11.1), across workers and instances: the last check of a request, once everything
+ * else passed, so a request refused for another reason leaves the proof unrecorded (DESIGN.md §1: it writes nothing).
+ */
+export async function useProofOnce(replays: ReplayStore, proof: DpopProof, now: number, status = 400): Promise<void> {
+  if (!(await replays.markUsedOnce('dpop', proof.replay.id, proof.replay.expiresAt, now))) {
+    throw invalidProof('the DPoP proof was already used (its jti was seen before); make a new proof for each request', status);
+  }
+}
