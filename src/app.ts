@@ -26,6 +26,7 @@ import { logoutRoutes } from './oauth/logout.js';
 import { registrationRoutes } from './oauth/register.js';
 import { revocationRoutes } from './oauth/revoke.js';
 import { metadataRoutes, wellKnownAtRoot } from './oauth/metadata.js';
+import { parRoutes } from './oauth/par.js';
 import { tokenRoutes } from './oauth/token.js';
 import { userinfoRoutes } from './oauth/userinfo.js';
 import type { KeyRing, SigningKeys } from './crypto/keys.js';
@@ -166,6 +167,7 @@ export async function buildApp(options: BuildAppOptions): Promise<{ app: Fastify
       await scoped.register(authorizeRoutes(ctx, store));
       await scoped.register(loginRoutes(ctx, store));
       await scoped.register(tokenRoutes(ctx, store));
+      await scoped.register(parRoutes(ctx, store));
       await scoped.register(userinfoRoutes(ctx, store));
       await scoped.register(deviceAuthorizationRoutes(ctx, store));
       await scoped.register(devicePageRoutes(ctx, store));

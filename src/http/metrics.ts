@@ -40,7 +40,7 @@ const OAUTH_ERROR_CODES = new Set([
   'invalid_request', 'invalid_client', 'invalid_grant', 'unauthorized_client', 'unsupported_grant_type', 'invalid_scope',
   'unsupported_response_type', 'access_denied', 'server_error', 'temporarily_unavailable', 'invalid_target', 'invalid_token',
   'authorization_pending', 'slow_down', 'expired_token', 'invalid_redirect_uri', 'invalid_client_metadata', 'login_required',
-  'consent_required', 'interaction_required',
+  'consent_required', 'interaction_required', 'invalid_dpop_proof', 'invalid_request_uri', 'request_not_supported',
 ]);
 
 /** What the access hook records of one answered request. */

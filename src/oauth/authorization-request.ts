@@ -21,6 +21,12 @@ export type AuthorizationValidation =
 
 const CODE_CHALLENGE = /^[A-Za-z0-9_-]{43}$/;
 
+/**
+ * Where the parameters come from: /authorize's query or form, a request pushed to /par and now used at /authorize
+ * (RFC 9126 §4), or /par itself (RFC 9126 §2.1), which answers the same refusals as JSON.
+ */
+export type AuthorizationRequestSource = 'authorize' | 'pushed' | 'par';
+
 /** DESIGN.md §3: configured clients get any loopback port only where they registered none; dynamic clients always. */
 export const loopbackPortsOf = (client: ClientRecord): LoopbackPorts => (client.dynamic === undefined ? 'when-registered-without-port' : 'always');
 
@@ -29,6 +35,7 @@ export function validateAuthorizationRequest(
   /** What the request's client_id names, resolved beforehand (dynamic clients need I/O). */
   resolution: ClientResolution,
   issuer: string,
+  source: AuthorizationRequestSource = 'authorize',
 ): AuthorizationValidation {
   const repeated = repeatedParameter(params, ['resource']);
   if (repeated !== undefined) return { ok: false, page: new OAuthError('invalid_request', `${repeated} appears more than once`) };
@@ -41,6 +48,10 @@ export function validateAuthorizationRequest(
     return { ok: false, page: new OAuthError('invalid_client', why) };
   }
   const client = resolution.client;
+  // DESIGN.md §13 require_par: such a client's requests come through /par only.
+  if (source === 'authorize' && client.requirePar === true) {
+    return { ok: false, page: new OAuthError('invalid_request', 'this client must push its authorization requests to /par and send the request_uri it got (require_par)') };
+  }
   const redirectUri = single(params, 'redirect_uri');
   if (redirectUri === undefined) return { ok: false, page: new OAuthError('invalid_request', 'redirect_uri is required') };
   if (!redirectUriMatches(client.redirectUris, redirectUri, loopbackPortsOf(client))) {
@@ -53,6 +64,8 @@ export function validateAuthorizationRequest(
 
   const limitError = checkLimits(params);
   if (limitError !== undefined) return back(limitError);
+  // RFC 9126 §2.1: a pushed request cannot itself name a request_uri.
+  if (source === 'par' && params.has('request_uri')) return back(new OAuthError('invalid_request', 'request_uri cannot be pushed to /par'));
   if (params.has('request') || params.has('request_uri')) {
     return back(new OAuthError('request_not_supported', 'request objects are not supported'));
   }

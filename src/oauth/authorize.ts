@@ -13,17 +13,31 @@ import { EMPTY_PARAMS, parseParams, queryOf, single, type Params } from '../http
 import { sendErrorPage } from '../http/render-error.js';
 import { currentSession } from '../http/session.js';
 import { OAuthError } from '../policy/oauth-error.js';
-import type { AuthorizationCodeStore, ConsentStore, LoginRequestStore, PendingAuthorization, RegisteredClientStore, SessionRecord, SessionStore } from '../store/types.js';
+import type {
+  AuthorizationCodeStore,
+  ConsentStore,
+  LoginRequestStore,
+  PendingAuthorization,
+  PushedRequestStore,
+  RegisteredClientStore,
+  SessionRecord,
+  SessionStore,
+} from '../store/types.js';
 import type { ClientRecord } from '../config/types.js';
 import { consentCovers, redirectOriginOf } from '../policy/consent.js';
 import { redirectUriMatches } from '../policy/redirect-uri.js';
 import { loopbackPortsOf, validateAuthorizationRequest } from './authorization-request.js';
 import { errorRedirect } from '../http/redirects.js';
 import { completeAuthorization } from './complete-authorization.js';
+import { pushedRequestDigest } from './par.js';
 import { UNUSED_REGISTRATION_MS } from './register.js';
 
 /** The state /authorize reads and changes. */
-export type AuthorizeStores = SessionStore & LoginRequestStore & AuthorizationCodeStore & ConsentStore & RegisteredClientStore;
+export type AuthorizeStores = SessionStore & LoginRequestStore & AuthorizationCodeStore & ConsentStore & RegisteredClientStore & PushedRequestStore;
+
+/** RFC 9126 §4 (DESIGN.md §13): a request_uri that is not one of ours, expired, used, or another client's. */
+const unusableRequestUri = (): OAuthError =>
+  new OAuthError('invalid_request_uri', 'the request_uri is unknown, expired, already used, or was pushed by another client; push the request to /par again');
 
 /** OIDC Core §3.1.2.1: whether `session` satisfies the request's prompt=login and max_age, for a request made at `askedAt`. */
 function sessionSatisfies(authorization: PendingAuthorization, session: SessionRecord, now: number, askedAt?: number): boolean {
@@ -55,15 +69,36 @@ export function authorizeRoutes(ctx: AppContext, store: AuthorizeStores): Fastif
     return !consentCovers(allowed, asked);
   }
 
-  async function handle(request: FastifyRequest, reply: FastifyReply, params: Params): Promise<FastifyReply> {
+  /**
+   * RFC 9126 §4: the parameters a request_uri from /par stands for (all others but client_id are ignored), with the
+   * digest to take it by once the request is valid; the request's own parameters when it names none.
+   */
+  async function requestParameters(sent: Params, clientId: string | undefined): Promise<{ params: Params; pushed?: string } | OAuthError> {
+    const requestUris = sent.get('request_uri');
+    if (requestUris === undefined) return { params: sent };
+    if (requestUris.length > 1) return new OAuthError('invalid_request', 'request_uri appears more than once');
+    if (sent.get('client_id')?.length !== 1 || clientId === undefined) return new OAuthError('invalid_request', 'client_id is required with request_uri');
+    const digest = pushedRequestDigest(requestUris[0] as string);
+    const record = digest === undefined ? undefined : await store.findPushedRequest(digest, clientId, ctx.now());
+    if (digest === undefined || record === undefined) return unusableRequestUri();
+    return { params: new Map(record.parameters), pushed: digest };
+  }
+
+  async function handle(request: FastifyRequest, reply: FastifyReply, sent: Params): Promise<FastifyReply> {
     // The client the request claims to be: for the limits, and resolved once (a repeated client_id is refused below).
-    const clientId = params.get('client_id')?.length === 1 ? single(params, 'client_id') : undefined;
+    const clientId = sent.get('client_id')?.length === 1 ? single(sent, 'client_id') : undefined;
     const limited = tooManyFailures(ctx.failures, ctx.limits, request.ip, clientId, ctx.now());
     if (limited !== undefined) return sendErrorPage(reply, limited);
+    const chosen = await requestParameters(sent, clientId);
+    if (chosen instanceof OAuthError) {
+      countFailure(ctx.failures, request.ip, clientId, chosen.status, ctx.now());
+      return sendErrorPage(reply, chosen);
+    }
+    const { params, pushed } = chosen;
     // A metadata document fetch is work an address makes the server do: it counts like a failure (DESIGN.md §9).
     if (clientId !== undefined && isDocumentUrl(clientId)) countAgainstAddress(ctx.failures, request.ip, ctx.now());
     const resolution = clientId === undefined ? { found: false as const } : await ctx.clients.resolve(clientId);
-    const validation = validateAuthorizationRequest(params, resolution, ctx.issuer);
+    const validation = validateAuthorizationRequest(params, resolution, ctx.issuer, pushed === undefined ? 'authorize' : 'pushed');
     if (!validation.ok) {
       const error = 'page' in validation ? validation.page : validation.redirect.error;
       countFailure(ctx.failures, request.ip, clientId, error.status, ctx.now());
@@ -74,6 +109,11 @@ export function authorizeRoutes(ctx: AppContext, store: AuthorizeStores): Fastif
     }
     const authorization = validation.request;
     request.clientId = authorization.clientId;
+    // Single use (RFC 9126 §4), taken once the request is valid: of two browsers using one request_uri, one goes on.
+    if (pushed !== undefined && !(await store.takePushedRequest(pushed, authorization.clientId, ctx.now()))) {
+      countFailure(ctx.failures, request.ip, clientId, 400, ctx.now());
+      return sendErrorPage(reply, unusableRequestUri());
+    }
 
     const session = await currentSession({ store, cookies: ctx.cookies, isKnownSubject: ctx.isKnownSubject }, request, ctx.now());
     if (session === undefined || !sessionSatisfies(authorization, session, ctx.now())) {

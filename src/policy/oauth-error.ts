@@ -1,6 +1,6 @@
 /**
  * Every error code Pinpoint answers with: RFC 6749 §4.1.2.1 and §5.2, RFC 8628 §3.5, RFC 7591 §3.2.2, OpenID Connect
- * Core §3.1.2.6, RFC 9449 §5, plus `not_found` and `server_error` for the HTTP surface. A misspelt code does not compile.
+ * Core §3.1.2.6, RFC 9449 §5, RFC 9101 §6.2 (request_uri, for RFC 9126), plus `not_found` and `server_error` for the HTTP surface. A misspelt code does not compile.
  */
 export type OAuthErrorCode =
   | 'invalid_request'
@@ -15,6 +15,7 @@ export type OAuthErrorCode =
   | 'consent_required'
   | 'login_required'
   | 'request_not_supported'
+  | 'invalid_request_uri'
   | 'authorization_pending'
   | 'slow_down'
   | 'expired_token'

@@ -1,0 +1,65 @@
+/**
+ * POST /par (RFC 9126, DESIGN.md §13): a client pushes its authorization request, authenticated as at /token, and
+ * gets a request_uri that /authorize takes once, for that client, within 60 s. The request is checked by the same
+ * validation /authorize runs, its refusals answered as JSON.
+ */
+import type { FastifyPluginAsync } from 'fastify';
+import type { AppContext } from '../context.js';
+import { newSecret } from '../crypto/random.js';
+import { digestOf } from '../crypto/digest.js';
+import { countAgainstAddress } from '../http/failure-limit.js';
+import type { Params } from '../http/params.js';
+import { OAuthError } from '../policy/oauth-error.js';
+import type { PushedRequestRecord, PushedRequestStore, ReplayStore } from '../store/types.js';
+import { validateAuthorizationRequest } from './authorization-request.js';
+import { assertionVerifier, authenticateClient, claimedClient } from './client-auth.js';
+import { handleFormEndpoint } from './form-endpoint.js';
+
+/** RFC 9126 §2.2: the request_uri is this URN and a random value. */
+export const REQUEST_URI_PREFIX = 'urn:ietf:params:oauth:request_uri:';
+
+/** DESIGN.md §13: a pushed request lives 60 s. */
+export const PUSHED_REQUEST_LIFETIME_MS = 60_000;
+
+/** RFC 9126 §2.1: client authentication is part of the push, not of the authorization request kept for /authorize. */
+const CLIENT_AUTHENTICATION = new Set(['client_secret', 'client_assertion', 'client_assertion_type']);
+
+/** The SHA-256 the store keeps of a request_uri of ours, or undefined when `requestUri` is not shaped like one. */
+export function pushedRequestDigest(requestUri: string): string | undefined {
+  if (!requestUri.startsWith(REQUEST_URI_PREFIX)) return undefined;
+  const value = requestUri.slice(REQUEST_URI_PREFIX.length);
+  return /^[A-Za-z0-9_-]{43}$/.test(value) ? digestOf(value) : undefined;
+}
+
+/** The parameters /authorize will run with: what was pushed, its client_id the authenticated client's. */
+function authorizationParameters(params: Params, clientId: string): Params {
+  const kept = new Map<string, readonly string[]>([...params].filter(([name]) => !CLIENT_AUTHENTICATION.has(name)));
+  kept.set('client_id', [clientId]);
+  return kept;
+}
+
+export function parRoutes(ctx: AppContext, store: PushedRequestStore & ReplayStore): FastifyPluginAsync {
+  const verifyAssertion = assertionVerifier(ctx, store, '/par');
+  return async (app) => {
+    app.post('/par', async (request, reply) =>
+      handleFormEndpoint(ctx, request, reply, async (params, presented) => {
+        const client = await authenticateClient(presented, await claimedClient(ctx.clients, presented), verifyAssertion);
+        request.clientId = client.clientId;
+        const pushed = authorizationParameters(params, client.clientId);
+        const validation = validateAuthorizationRequest(pushed, { found: true, client }, ctx.issuer, 'par');
+        // One validation, two renderings: what /authorize shows on a page or sends back to the client is JSON here.
+        if (!validation.ok) {
+          const error = 'page' in validation ? validation.page : validation.redirect.error;
+          throw new OAuthError(error.code, error.description, 400);
+        }
+        const now = ctx.now();
+        const secret = newSecret();
+        const record: PushedRequestRecord = { digest: secret.digest, clientId: client.clientId, parameters: [...pushed], expiresAt: now + PUSHED_REQUEST_LIFETIME_MS };
+        await store.savePushedRequest(record);
+        // Each push is kept on the server: it counts against the address like a login request (DESIGN.md §4).
+        countAgainstAddress(ctx.failures, request.ip, now);
+        return { status: 201, body: { request_uri: `${REQUEST_URI_PREFIX}${secret.value}`, expires_in: PUSHED_REQUEST_LIFETIME_MS / 1000 } };
+      }),
+    );
+  };
+}
