@@ -3,7 +3,7 @@
  * client signs with one of its keys, verified by jose against the client's JWK Set. Pure apart from fetching a
  * metadata document's jwks_uri; the caller records the jti as used and turns a refusal into `invalid_client`.
  */
-import { createLocalJWKSet, errors, jwtVerify, type JSONWebKeySet, type JWTPayload, type JWTVerifyGetKey } from 'jose';
+import { createLocalJWKSet, errors, jwtVerify, type CryptoKey, type JSONWebKeySet, type JWTPayload, type JWTVerifyGetKey, type JWTVerifyOptions } from 'jose';
 import type { AssertionKeys } from '../config/types.js';
 import { sha256 } from '../crypto/digest.js';
 import { ASYMMETRIC_ALGS } from '../crypto/jwk-set.js';
@@ -55,6 +55,26 @@ function joseReason(error: unknown): string {
 }
 
 /**
+ * jwtVerify against a key set whose keys may not say which one signed (no kid, several keys of one type): each
+ * candidate is tried (jose hands them over as the error's iterator); a claim refusal comes only after a signature verified.
+ */
+async function verifyWithKeySet(jwt: string, keys: JWTVerifyGetKey, options: JWTVerifyOptions): Promise<JWTPayload> {
+  try {
+    return (await jwtVerify(jwt, keys, options)).payload;
+  } catch (error) {
+    if (!(error instanceof errors.JWKSMultipleMatchingKeys)) throw error;
+    for await (const key of error as errors.JWKSMultipleMatchingKeys & AsyncIterable<CryptoKey>) {
+      try {
+        return (await jwtVerify(jwt, key, options)).payload;
+      } catch (attempt) {
+        if (!(attempt instanceof errors.JWSSignatureVerificationFailed)) throw attempt;
+      }
+    }
+    throw new errors.JWSSignatureVerificationFailed();
+  }
+}
+
+/**
  * Checks a client assertion fully except that its jti was not used before: signature by one of the client's keys
  * (asymmetric algorithms only), iss = sub = client_id, aud naming the issuer or the endpoint, exp present and at most
  * 5 minutes ahead, a jti.
@@ -62,14 +82,14 @@ function joseReason(error: unknown): string {
 export async function verifyClientAssertion(assertion: string, keys: JWTVerifyGetKey, expected: AssertionExpectation): Promise<AssertionCheck> {
   let payload: JWTPayload;
   try {
-    ({ payload } = await jwtVerify(assertion, keys, {
+    payload = await verifyWithKeySet(assertion, keys, {
       algorithms: [...ASYMMETRIC_ALGS],
       issuer: expected.clientId,
       subject: expected.clientId,
       audience: [expected.issuer, expected.endpointUrl],
       requiredClaims: ['iss', 'sub', 'aud', 'exp', 'jti'],
       currentDate: new Date(expected.now),
-    }));
+    });
   } catch (error) {
     return { ok: false, reason: joseReason(error) };
   }
