@@ -121,6 +121,7 @@ for (const kind of STORE_KINDS) {
     test('htu is compared without query and fragment; scheme and host case do not matter', async () => {
       const response = await token(t.app, clientCredentials, { dpop: await proof(key, { htu: 'HTTP://127.0.0.1:8080/token?x=1#f' }) });
       assert.equal(response.statusCode, 200, response.body);
+      assert.equal(response.json().token_type, 'DPoP');
     });
 
     test('every refused proof is 400 invalid_dpop_proof saying why, and the code it came with stays usable', async () => {
@@ -179,6 +180,9 @@ for (const kind of STORE_KINDS) {
       assert.equal((await token(t.app, wrongVerifier, { auth: null, dpop: kept })).json().error, 'invalid_grant');
       const exchanged = await token(t.app, pairs, { auth: null, dpop: kept });
       assert.equal(exchanged.statusCode, 200, exchanged.body);
+      assert.deepEqual(claimsOf(exchanged.json().access_token).cnf, { jkt: key.jkt });
+      // ... and once it succeeded, it is used.
+      assertProofRefused(await token(t.app, clientCredentials, { dpop: kept }), /already used/);
     });
 
     test("a public client's refresh token is bound to the proof's key: a refresh needs a proof by that key, else invalid_grant and nothing changes", async () => {
