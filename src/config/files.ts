@@ -1,5 +1,5 @@
 import { constants } from 'node:fs';
-import { open, stat } from 'node:fs/promises';
+import { open, stat, type FileHandle } from 'node:fs/promises';
 
 /** DESIGN.md §7: a file named by the config for a secret or keys holds at most this much. */
 export const MAX_CONFIG_FILE_BYTES = 64 * 1024;
@@ -18,7 +18,7 @@ export type SmallFileResult = { readonly text: string; readonly mode: number } |
  * the open descriptor is what fstat judges, so the file checked is the file read; a device is refused, never read.
  */
 export async function readSmallFile(path: string): Promise<SmallFileResult> {
-  let handle;
+  let handle: FileHandle;
   try {
     // O_NONBLOCK and O_NOCTTY are 0 where the platform has none; O_NONBLOCK has no effect on regular files.
     handle = await open(path, constants.O_RDONLY | (constants.O_NONBLOCK ?? 0) | (constants.O_NOCTTY ?? 0));
