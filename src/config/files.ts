@@ -1,21 +1,59 @@
-import { open, readFile, stat } from 'node:fs/promises';
+import { constants } from 'node:fs';
+import { open, stat, type FileHandle } from 'node:fs/promises';
+
+/** DESIGN.md §7: a file named by the config for a secret or keys holds at most this much. */
+export const MAX_CONFIG_FILE_BYTES = 64 * 1024;
 
 /** What reading a secret file gave: the secret, or why not; plus a warning when others may read it. */
 export type SecretFileResult =
   | { readonly secret: string; readonly warning?: string }
   | { readonly error: string; readonly warning?: undefined };
 
-/** Reads a secret (one trailing newline ignored); empty or unreadable is an error, DESIGN.md §3. */
-export async function readSecretFile(path: string): Promise<SecretFileResult> {
-  let content: string;
+/** What reading a small config-named file gave: its text and mode bits, or why not. */
+export type SmallFileResult = { readonly text: string; readonly mode: number } | { readonly error: string };
+
+/**
+ * Reads a file the config names for a secret or keys (secret_file, token_file, password_file, a future jwks_file):
+ * a regular file of at most 64 KiB (DESIGN.md §7). O_NONBLOCK so opening a FIFO without a writer cannot hang, and
+ * the open descriptor is what fstat judges, so the file checked is the file read; a device is refused, never read.
+ */
+export async function readSmallFile(path: string): Promise<SmallFileResult> {
+  let handle: FileHandle;
   try {
-    content = await readFile(path, 'utf8');
+    // O_NONBLOCK and O_NOCTTY are 0 where the platform has none; O_NONBLOCK has no effect on regular files.
+    handle = await open(path, constants.O_RDONLY | (constants.O_NONBLOCK ?? 0) | (constants.O_NOCTTY ?? 0));
   } catch (error) {
     return { error: describeFsError(error, path) };
   }
-  const secret = content.replace(/\r?\n$/, '');
+  try {
+    const info = await handle.stat();
+    if (info.isDirectory()) return { error: `is a directory, not a file (${path})` };
+    if (!info.isFile()) return { error: `is not a regular file (${path}); name a file holding the value, not a pipe, socket or device` };
+    if (info.size > MAX_CONFIG_FILE_BYTES) return { error: `is larger than 64 KiB (${path}); it should hold one secret or key set` };
+    // Never more than the limit plus one byte, even if the file grew since fstat.
+    const buffer = Buffer.alloc(MAX_CONFIG_FILE_BYTES + 1);
+    let length = 0;
+    while (length < buffer.length) {
+      const { bytesRead } = await handle.read(buffer, length, buffer.length - length, length);
+      if (bytesRead === 0) break;
+      length += bytesRead;
+    }
+    if (length > MAX_CONFIG_FILE_BYTES) return { error: `is larger than 64 KiB (${path}); it should hold one secret or key set` };
+    return { text: buffer.toString('utf8', 0, length), mode: info.mode };
+  } catch (error) {
+    return { error: describeFsError(error, path) };
+  } finally {
+    await handle.close();
+  }
+}
+
+/** Reads a secret (one trailing newline ignored); empty, unreadable, not a regular file or over 64 KiB is an error, DESIGN.md §3, §7. */
+export async function readSecretFile(path: string): Promise<SecretFileResult> {
+  const read = await readSmallFile(path);
+  if ('error' in read) return { error: read.error };
+  const secret = read.text.replace(/\r?\n$/, '');
   if (secret.length === 0) return { error: `is empty (${path}); put the secret in it` };
-  const warning = await exposureWarning(path);
+  const warning = exposureOf(read.mode, path);
   return warning ? { secret, warning } : { secret };
 }
 
@@ -34,12 +72,16 @@ export async function checkReadableFile(path: string): Promise<string | undefine
 /** A warning when group or others have any access to a file that holds a secret. */
 export async function exposureWarning(path: string): Promise<string | undefined> {
   try {
-    const mode = (await stat(path)).mode & 0o777;
-    if ((mode & 0o077) === 0) return undefined;
-    return `is accessible by group or others (mode ${mode.toString(8).padStart(4, '0')}); run chmod 600 ${path}`;
+    return exposureOf((await stat(path)).mode, path);
   } catch {
     return undefined;
   }
+}
+
+function exposureOf(fileMode: number, path: string): string | undefined {
+  const mode = fileMode & 0o777;
+  if ((mode & 0o077) === 0) return undefined;
+  return `is accessible by group or others (mode ${mode.toString(8).padStart(4, '0')}); run chmod 600 ${path}`;
 }
 
 function describeFsError(error: unknown, path: string): string {

@@ -128,6 +128,7 @@ async function buildConfig(body: HclBody, absolute: string, findings: Findings):
   const users = top.labeled.user.map((instance) => buildUser(instance, findings));
   const federations = await Promise.all(top.labeled.federation.map((instance) => buildFederation(instance, findings, inFolder)));
   const clients = await Promise.all(top.labeled.client.map((instance) => buildClient(instance, findings, inFolder)));
+  refuseClientsNamedLikePeople(top.labeled.client, top.labeled.user, top.labeled.federation, findings);
   const trustedProxies = attributes.trusted_proxies ?? [];
   warnAboutProxies(trustedProxies, top.single.tls, tls, findings);
   const limits = buildLimits(top.single.limits, findings);
@@ -345,6 +346,32 @@ async function buildClient(instance: BlockInstance, findings: Findings, inFolder
     idTokenSigningAlg: value.id_token_signing_alg ?? 'RS256',
     refreshReuseGraceMs,
   };
+}
+
+/**
+ * DESIGN.md §7: a client_credentials token's `sub` is its client_id, a person's is the user name or
+ * `<federation>:<sub>`; a client label that could be either would let one `sub` mean both a person and a client.
+ */
+function refuseClientsNamedLikePeople(clients: readonly BlockInstance[], users: readonly BlockInstance[], federations: readonly BlockInstance[], findings: Findings): void {
+  const lineOf = (instance: BlockInstance): string => (instance.entry?.line === undefined ? '' : ` (line ${instance.entry.line})`);
+  for (const client of clients) {
+    const clientId = client.label ?? '';
+    const place = { block: client.name, entry: client.entry };
+    const user = users.find((candidate) => candidate.label === clientId);
+    if (user !== undefined) {
+      findings.problem({
+        ...place,
+        message: `the client_id is also the name of ${user.name}${lineOf(user)}, so a token's sub would name both a person and a client; rename the client or the user`,
+      });
+    }
+    const federation = federations.find((candidate) => candidate.label !== undefined && clientId.startsWith(`${candidate.label}:`));
+    if (federation !== undefined) {
+      findings.problem({
+        ...place,
+        message: `the client_id has the form of a person signed in through ${federation.name}${lineOf(federation)} ("${federation.label}:<subject>"), so a token's sub could name both a person and a client; rename the client`,
+      });
+    }
+  }
 }
 
 function warnAboutProxies(trustedProxies: readonly string[], tlsBlock: BlockInstance | undefined, tls: TlsConfig | undefined, findings: Findings): void {

@@ -69,6 +69,8 @@ export interface ClientRecord {
 /** What a dynamic client said about itself: self-asserted, so pages show it next to the hosts it cannot fake. */
 export interface DynamicClientInfo {
   readonly source: 'registration' | 'metadata-document';
+  /** The grant_types it registered or its document lists; absent: none given (policy/grant-eligibility.ts decides). */
+  readonly grantTypes?: readonly string[];
   readonly clientName?: string;
   readonly clientUri?: string;
   readonly logoUri?: string;

@@ -5,6 +5,7 @@
  */
 import type { ClientRecord, Config, DynamicClientsConfig } from '../config/types.js';
 import { randomText } from '../crypto/random.js';
+import { dynamicClientDeclared } from '../policy/grant-eligibility.js';
 import { parseScope } from '../policy/scope.js';
 import type { RegisteredClientRecord, RegisteredClientStore } from '../store/types.js';
 import type { MetadataDocument, MetadataDocuments } from './metadata-document.js';
@@ -39,7 +40,8 @@ function dynamicClient(
   const asked = described.scope === undefined ? undefined : parseScope(described.scope);
   // A registered scope narrows what the client may ask within the block's scopes, and is its default (DESIGN.md §9).
   const scopes = asked === undefined ? dynamic.scopes : dynamic.scopes.filter((value) => asked.includes(value));
-  const refreshes = described.grantTypes === undefined || described.grantTypes.includes('refresh_token');
+  // Only a client that declared refresh_token gets refresh tokens (DESIGN.md §9); the grant check asks the same rule.
+  const refreshes = dynamicClientDeclared(described.grantTypes, 'refresh_token');
   return {
     clientId,
     kind: secretDigest === undefined ? 'public' : 'confidential',
@@ -54,6 +56,7 @@ function dynamicClient(
     refreshReuseGraceMs: dynamic.refreshReuseGraceMs,
     dynamic: {
       source,
+      ...(described.grantTypes !== undefined && { grantTypes: described.grantTypes }),
       ...(described.clientName !== undefined && { clientName: described.clientName }),
       ...(described.clientUri !== undefined && { clientUri: described.clientUri }),
       ...(described.logoUri !== undefined && { logoUri: described.logoUri }),

@@ -43,6 +43,9 @@ const REQUEST = z.object({
 /** Checks a registration request fully before anything is stored (DESIGN.md §1). */
 export function validateRegistration(body: unknown, dynamic: DynamicClientsConfig): RegisteredClientMetadata {
   if (typeof body !== 'object' || body === null || Array.isArray(body)) throw badMetadata('the body must be a JSON object');
+  // DESIGN.md §7: a NUL anywhere is refused before any field is judged (PostgreSQL text cannot even hold one).
+  const withNul = pathOfNul(body);
+  if (withNul !== undefined) throw badMetadata(`${withNul} holds a NUL character`);
   const parsed = REQUEST.safeParse(body);
   if (!parsed.success) {
     const issue = parsed.error.issues[0];
@@ -72,6 +75,23 @@ export function validateRegistration(body: unknown, dynamic: DynamicClientsConfi
     ...(request.logo_uri !== undefined && { logo_uri: request.logo_uri }),
     ...(request.scope !== undefined && { scope: request.scope }),
   };
+}
+
+/** Where the first string (a value or a member name) holding U+0000 is, e.g. `redirect_uris.0`; undefined when none does. */
+function pathOfNul(body: object): string | undefined {
+  // Iterative, depth first in document order: a 16 KiB body can nest thousands of levels, too deep for recursion.
+  const pending: [unknown, string][] = [[body, '']];
+  for (let next = pending.pop(); next !== undefined; next = pending.pop()) {
+    const [value, path] = next;
+    if (typeof value === 'string' && value.includes('\u0000')) return path;
+    if (typeof value !== 'object' || value === null) continue;
+    const members = Object.entries(value);
+    for (const [key] of members) if (key.includes('\u0000')) return `a member name in ${path === '' ? 'the body' : path}`;
+    const prefix = path === '' ? '' : `${path}.`;
+    // Paths are echoed in the description, so each is cut like any text taken from a request.
+    for (const [key, member] of members.reverse()) pending.push([member, bounded(`${prefix}${key}`) as string]);
+  }
+  return undefined;
 }
 
 export function registrationRoutes(ctx: AppContext, store: RegisteredClientStore): FastifyPluginAsync {
@@ -141,6 +161,7 @@ export function registrationRoutes(ctx: AppContext, store: RegisteredClientStore
     app.addContentTypeParser('*', (_request, _payload, done) => {
       done(new OAuthError('invalid_client_metadata', 'the body must be application/json', 415), undefined);
     });
-    app.post('/register', async (request, reply) => register(request, reply, dynamic));
+    // The route's own limit, so the 413 states it (http/render-error.ts reads it back).
+    app.post('/register', { bodyLimit: BODY_LIMIT }, async (request, reply) => register(request, reply, dynamic));
   };
 }

@@ -5,18 +5,16 @@
  * only in the one case DESIGN.md §1 allows: a used code or a rotated refresh token presented again by
  * the client it was issued to, in an otherwise valid request.
  */
+import { DEVICE_CODE_GRANT, grantRefusal, type GrantEligibleClient } from './grant-eligibility.js';
 import { OAuthError, invalidGrant } from './oauth-error.js';
 import { decideResourceParameter, decideTokenAudience, isNameable, providerScopeOf, type Audience, type Decision } from './resource.js';
 import { decideRefreshScope, decideRequestedScope } from './scope.js';
 
-/** What the policy needs to know of a client (a configured ClientRecord fits). */
-export interface PolicyClient {
+/** What the policy needs to know of a client (a ClientRecord fits); which grants it may use is grant-eligibility.ts's. */
+export interface PolicyClient extends GrantEligibleClient {
   readonly clientId: string;
-  readonly kind: 'confidential' | 'public' | 'device';
   readonly audience: readonly string[];
-  readonly redirectUris: readonly string[];
   readonly scopes: readonly string[];
-  readonly refreshLifetimeMs?: number;
 }
 
 /** What bounds every token of a grant (DESIGN.md §5 "grant bound"). */
@@ -82,9 +80,8 @@ export function checkCodeExchangeRequest(
   requested: readonly string[],
   sent: CodeExchangeParameters,
 ): TokenDecision<Required<CodeExchangeParameters>> {
-  if (client.kind === 'device' || client.redirectUris.length === 0) {
-    return refuse(new OAuthError('unauthorized_client', 'this client may not use the authorization_code grant'));
-  }
+  const ineligible = grantRefusal(client, 'authorization_code');
+  if (ineligible !== undefined) return refuse(ineligible);
   const shape = decideResourceParameter('authorization_code', requested);
   if (!shape.ok) return shape;
   const { code, redirectUri, verifier } = sent;
@@ -142,8 +139,10 @@ export function checkRefreshRequest(
   if (!shape.ok) return shape;
   if (presented === undefined) return refuse(missing('refresh_token'));
   if (requestedScope === undefined) return refuse(new OAuthError('invalid_scope', 'scope is malformed'));
-  if (client.refreshLifetimeMs === undefined) return refuse(new OAuthError('unauthorized_client', 'this client does not get refresh tokens'));
-  return allow({ presented, requestedScope, lifetimeMs: client.refreshLifetimeMs });
+  const ineligible = grantRefusal(client, 'refresh_token');
+  if (ineligible !== undefined) return refuse(ineligible);
+  // grantRefusal allows refresh_token only to a client with a refresh lifetime.
+  return allow({ presented, requestedScope, lifetimeMs: client.refreshLifetimeMs as number });
 }
 
 /**
@@ -206,7 +205,8 @@ export function decideClientCredentials(input: {
   readonly requested: readonly string[];
 }): TokenDecision<{ readonly scope: string[]; readonly audience: Audience }> {
   const { client, requestedScope } = input;
-  if (client.kind !== 'confidential') return refuse(new OAuthError('unauthorized_client', 'client_credentials is for confidential clients'));
+  const ineligible = grantRefusal(client, 'client_credentials');
+  if (ineligible !== undefined) return refuse(ineligible);
   if (requestedScope === undefined) return refuse(new OAuthError('invalid_scope', 'scope is malformed'));
   const audience = decideTokenAudience({
     grantType: 'client_credentials',
@@ -227,7 +227,8 @@ export function decideClientCredentials(input: {
 export function checkDevicePollRequest(client: PolicyClient, requested: readonly string[], deviceCode: string | undefined): TokenDecision<string> {
   const shape = decideResourceParameter('device_code', requested);
   if (!shape.ok) return shape;
-  if (client.kind !== 'device') return refuse(new OAuthError('unauthorized_client', 'this client may not use the device_code grant'));
+  const ineligible = grantRefusal(client, DEVICE_CODE_GRANT);
+  if (ineligible !== undefined) return refuse(ineligible);
   if (deviceCode === undefined) return refuse(missing('device_code'));
   return allow(deviceCode);
 }

@@ -4,13 +4,12 @@ import type { AppContext } from '../../context.js';
 import { digestOf } from '../../crypto/digest.js';
 import { newRefreshToken } from '../../crypto/refresh-token.js';
 import { all, single } from '../../http/params.js';
+import { DEVICE_CODE_GRANT, refreshLifetimeOf } from '../../policy/grant-eligibility.js';
 import { OAuthError } from '../../policy/oauth-error.js';
 import { badDeviceCode, checkDevicePollRequest, decideDevicePoll, type DevicePoll } from '../../policy/token-requests.js';
 import type { DeviceAuthorizationRecord, DeviceCodeStore, Grant } from '../../store/types.js';
 import { issueTokens } from '../token-response.js';
 import type { GrantHandler } from './grant.js';
-
-export const DEVICE_CODE_GRANT = 'urn:ietf:params:oauth:grant-type:device_code';
 
 interface ValidPoll {
   readonly record: DeviceAuthorizationRecord;
@@ -49,7 +48,8 @@ export function deviceCodeGrant(ctx: AppContext, store: DeviceCodeStore): GrantH
       const authTime = record.authTime ?? record.createdAt;
       const claims = record.claims ?? {};
       const grantId = randomUUID();
-      const refresh = client.refreshLifetimeMs === undefined ? undefined : newRefreshToken(grantId, now, client.refreshLifetimeMs);
+      const refreshLifetimeMs = refreshLifetimeOf(client);
+      const refresh = refreshLifetimeMs === undefined ? undefined : newRefreshToken(grantId, now, refreshLifetimeMs);
       const grant: Grant = {
         id: grantId,
         clientId: client.clientId,
