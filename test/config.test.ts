@@ -344,7 +344,7 @@ describe('unknown names', () => {
 
   test('an unknown block inside a block names the block and its line', async () => {
     const { lines, file } = await problemsOf(VALID.replace('  audience      =', '  pkce {\n    required = true\n  }\n  audience      ='));
-    assertProblem(lines, `${file}:8: client "webapp": unknown block "pkce"; client takes no nested blocks`);
+    assertProblem(lines, `${file}:8: client "webapp": unknown block "pkce"; client takes only the nested block token_exchange`);
   });
 
   test('tls written as an attribute, a client without label or with two labels', async () => {

@@ -89,6 +89,8 @@ export interface ClientFacts {
   /** Go-style, "0s" when rotated refresh tokens may not be presented again. */
   readonly refreshReuseGrace: string;
   readonly refreshReuseGraceMs: number;
+  /** The token_exchange block (DESIGN.md §12): whose tokens the client may exchange; absent without one. */
+  readonly tokenExchange?: { readonly subjectAudience: readonly string[] };
 }
 
 /** The facts of a valid config. */
@@ -126,6 +128,7 @@ export function describeConfig(config: Config, warnings: readonly string[]): Che
       idTokenSigningAlg: client.idTokenSigningAlg,
       refreshReuseGrace: formatDuration(client.refreshReuseGraceMs),
       refreshReuseGraceMs: client.refreshReuseGraceMs,
+      ...(client.tokenExchange !== undefined && { tokenExchange: { subjectAudience: client.tokenExchange.subjectAudience } }),
     })),
   };
 }
@@ -230,6 +233,7 @@ export function renderReport(report: CheckReport): string {
     if (client.refreshReuseGraceMs > 0) rows.push(['refresh reuse grace', client.refreshReuseGrace]);
     if (client.idTokenSigningAlg !== 'RS256') rows.push(['ID token alg', client.idTokenSigningAlg]);
     rows.push(['scopes', client.scopes.length > 0 ? client.scopes.join(' ') : '(none)']);
+    if (client.tokenExchange !== undefined) rows.push(['token exchange', `exchanges tokens addressed to ${client.tokenExchange.subjectAudience.join(' ')}`]);
     lines.push(...table(rows).map((line) => `  ${line}`));
     lines.push(...audienceTable(client.audience));
   }

@@ -64,6 +64,14 @@ export interface ClientRecord {
   readonly refreshReuseGraceMs: number;
   /** Present for clients that are not in the config (DESIGN.md §9): they need consent, and match loopback ports freely. */
   readonly dynamic?: DynamicClientInfo;
+  /** The `token_exchange` block (DESIGN.md §12): present only on configured confidential clients. */
+  readonly tokenExchange?: TokenExchangeConfig;
+}
+
+/** Which tokens a client may exchange for tokens of its own audience (RFC 8693, DESIGN.md §12). */
+export interface TokenExchangeConfig {
+  /** Audience values (its own addresses as a resource server) whose tokens it may exchange. */
+  readonly subjectAudience: readonly string[];
 }
 
 /** What a dynamic client said about itself: self-asserted, so pages show it next to the hosts it cannot fake. */

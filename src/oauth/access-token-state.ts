@@ -9,17 +9,26 @@ import { grantIdOfJti } from './token-claims.js';
 export interface AccessTokenClaims {
   readonly jti: string;
   readonly clientId: string;
+  /** The token came from a token exchange (it carries `act`, DESIGN.md §12): its grant is another client's. */
+  readonly exchanged?: boolean;
 }
 
 /**
  * True while the token's client is still known and, for a token of a grant, the grant lives, is the client's, and its
- * person is still known; a token without a grant (client_credentials) stands until its jti is revoked.
+ * person is still known; a token without a grant (client_credentials) stands until its jti is revoked. An exchanged
+ * token belongs to the grant of the person's own client (so revoking that grant ends it too); its caller must still
+ * be configured for token exchange, and its own jti may be revoked alone (its caller holds no grant to revoke).
  */
-export async function accessTokenStands(ctx: AppContext, store: GrantStore & RevokedTokenStore, { jti, clientId }: AccessTokenClaims): Promise<boolean> {
+export async function accessTokenStands(ctx: AppContext, store: GrantStore & RevokedTokenStore, { jti, clientId, exchanged = false }: AccessTokenClaims): Promise<boolean> {
   if (!ctx.clients.isKnownClient(clientId)) return false;
   const now = ctx.now();
   const grantId = grantIdOfJti(jti);
   if (grantId === undefined) return !(await store.isAccessTokenRevoked(jti, now));
-  const grant = await store.findGrant(grantId, now);
-  return grant !== undefined && grant.clientId === clientId && ctx.isKnownSubject(grant.subject);
+  if (!exchanged) {
+    const grant = await store.findGrant(grantId, now);
+    return grant !== undefined && grant.clientId === clientId && ctx.isKnownSubject(grant.subject);
+  }
+  if (ctx.config.clients.get(clientId)?.tokenExchange === undefined) return false;
+  const [grant, revoked] = await Promise.all([store.findGrant(grantId, now), store.isAccessTokenRevoked(jti, now)]);
+  return grant !== undefined && !revoked && ctx.clients.isKnownClient(grant.clientId) && ctx.isKnownSubject(grant.subject);
 }

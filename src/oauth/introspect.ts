@@ -44,8 +44,11 @@ export function introspectionRoutes(ctx: AppContext, store: IntrospectionStores)
     const audience = typeof aud === 'string' ? [aud] : aud;
     const allowed = caller.kind === 'resource_server' ? audience.includes(caller.label) : clientId === caller.client.clientId;
     if (!allowed) return INACTIVE;
-    if (!(await accessTokenStands(ctx, store, { jti, clientId }))) return INACTIVE;
-    return { active: true, scope: payload.scope, client_id: clientId, sub, aud, iss: payload.iss, exp: payload.exp, iat: payload.iat, jti, token_type: 'Bearer', token_use: 'access_token' };
+    const { act } = payload;
+    if (!(await accessTokenStands(ctx, store, { jti, clientId, exchanged: act !== undefined }))) return INACTIVE;
+    const answer = { active: true, scope: payload.scope, client_id: clientId, sub, aud, iss: payload.iss, exp: payload.exp, iat: payload.iat, jti, token_type: 'Bearer', token_use: 'access_token' };
+    // RFC 8693 §4.1, DESIGN.md §12: an exchanged token says who acts for the subject.
+    return act === undefined ? answer : { ...answer, act };
   }
 
   async function refreshToken(caller: IntrospectionCaller, token: string): Promise<Record<string, unknown>> {

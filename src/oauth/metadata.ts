@@ -1,9 +1,9 @@
 /** Authorization server metadata (RFC 8414, OIDC Discovery) and the JWK Set. */
 import type { FastifyInstance, FastifyPluginAsync } from 'fastify';
 import type { AppContext } from '../context.js';
-import { DEVICE_CODE_GRANT } from '../policy/grant-eligibility.js';
+import { DEVICE_CODE_GRANT, TOKEN_EXCHANGE_GRANT } from '../policy/grant-eligibility.js';
 
-export const SUPPORTED_GRANT_TYPES = ['authorization_code', 'refresh_token', 'client_credentials', DEVICE_CODE_GRANT] as const;
+export const SUPPORTED_GRANT_TYPES = ['authorization_code', 'refresh_token', 'client_credentials', DEVICE_CODE_GRANT, TOKEN_EXCHANGE_GRANT] as const;
 
 /** Lists exactly what is implemented; grows as endpoints land. */
 export function serverMetadata(ctx: AppContext): Record<string, unknown> {

@@ -28,7 +28,8 @@ export function revocationRoutes(ctx: AppContext, store: RevocationStores): Fast
         return undefined;
       }
       if (payload.client_id !== clientId || typeof payload.jti !== 'string' || typeof payload.exp !== 'number') return undefined;
-      const grantId = grantIdOfJti(payload.jti);
+      // An exchanged token's grant is the person's client's (DESIGN.md §12): its caller revokes only the token itself.
+      const grantId = payload.act === undefined ? grantIdOfJti(payload.jti) : undefined;
       return grantId === undefined ? { jti: payload.jti, expiresAt: payload.exp * 1000 } : { grantId };
     }
     const key = refreshTokenKey(token);

@@ -3,7 +3,7 @@ import type { FastifyPluginAsync } from 'fastify';
 import type { AppContext } from '../context.js';
 import { single } from '../http/params.js';
 import { OAuthError } from '../policy/oauth-error.js';
-import type { AuthorizationCodeStore, DeviceCodeStore, GrantStore, RefreshTokenStore } from '../store/types.js';
+import type { AuthorizationCodeStore, DeviceCodeStore, GrantStore, RefreshTokenStore, RevokedTokenStore } from '../store/types.js';
 import { authenticateClient, claimedClient } from './client-auth.js';
 import { handleFormEndpoint } from './form-endpoint.js';
 import { authorizationCodeGrant } from './grants/authorization-code.js';
@@ -11,9 +11,10 @@ import { clientCredentialsGrant } from './grants/client-credentials.js';
 import { deviceCodeGrant } from './grants/device-code.js';
 import { runGrant, type GrantHandler } from './grants/grant.js';
 import { refreshTokenGrant } from './grants/refresh-token.js';
+import { tokenExchangeGrant } from './grants/token-exchange.js';
 
 /** The state /token reads and changes. */
-export type TokenStores = GrantStore & AuthorizationCodeStore & RefreshTokenStore & DeviceCodeStore;
+export type TokenStores = GrantStore & AuthorizationCodeStore & RefreshTokenStore & DeviceCodeStore & RevokedTokenStore;
 
 export type GrantTable = ReadonlyMap<string, GrantHandler<unknown>>;
 
@@ -23,6 +24,7 @@ export function grantTable(ctx: AppContext, store: TokenStores): GrantTable {
     refreshTokenGrant(ctx, store),
     clientCredentialsGrant(ctx),
     deviceCodeGrant(ctx, store),
+    tokenExchangeGrant(ctx, store),
   ] as GrantHandler<unknown>[];
   return new Map(handlers.map((handler) => [handler.grantType, handler]));
 }

@@ -7,7 +7,7 @@ import { OAuthError } from './oauth-error.js';
 
 /** RFC 8628 §3.4. */
 export const DEVICE_CODE_GRANT = 'urn:ietf:params:oauth:grant-type:device_code';
-/** RFC 8693 §2.1; no client is configured for it yet (DESIGN.md §12), so everyone is refused. */
+/** RFC 8693 §2.1. */
 export const TOKEN_EXCHANGE_GRANT = 'urn:ietf:params:oauth:grant-type:token-exchange';
 
 /** The grant_type values of /token, as sent on the wire. */
@@ -19,6 +19,8 @@ export interface GrantEligibleClient {
   readonly redirectUris: readonly string[];
   /** Present when the client gets refresh tokens at all (configured `refresh_lifetime`, or the dynamic block's). */
   readonly refreshLifetimeMs?: number;
+  /** Present when the configuration gives the client a `token_exchange` block (DESIGN.md §12). */
+  readonly tokenExchange?: unknown;
   /** Present for a client that is not in the config (DESIGN.md §9): registered, or named by a metadata document. */
   readonly dynamic?: {
     /** The grant_types it registered or its document lists; absent: the default of both. */
@@ -34,7 +36,8 @@ export function dynamicClientDeclared(grantTypes: readonly string[] | undefined,
 /**
  * Why `client` may not use `grantType` (`unauthorized_client`, RFC 6749 §5.2), or undefined when it may.
  * client_credentials: configured confidential clients only; a dynamic client (§9): authorization_code, plus
- * refresh_token when it declared it; the device grant: configured device clients; token exchange: nobody yet.
+ * refresh_token when it declared it; the device grant: configured device clients; token exchange: configured
+ * confidential clients with a `token_exchange` block.
  */
 export function grantRefusal(client: GrantEligibleClient, grantType: TokenGrantType): OAuthError | undefined {
   const dynamic = client.dynamic !== undefined;
@@ -56,7 +59,10 @@ export function grantRefusal(client: GrantEligibleClient, grantType: TokenGrantT
       if (client.kind !== 'device' || dynamic) return unauthorized('this client may not use the device_code grant');
       return undefined;
     case TOKEN_EXCHANGE_GRANT:
-      return unauthorized('this client may not use token exchange');
+      if (client.kind !== 'confidential' || dynamic || client.tokenExchange === undefined) {
+        return unauthorized('this client may not use token exchange; it needs a token_exchange block in the configuration');
+      }
+      return undefined;
   }
 }
 

@@ -36,7 +36,7 @@ export async function runGrant<V>(handler: GrantHandler<V>, grants: GrantStore, 
   }
   const issued = await handler.respond(request, decision.value);
   metrics.tokensIssued.inc({ grant_type: handler.grantType });
-  request.audit({ event: 'token_issued', client_id: request.client.clientId, grant_type: handler.grantType, aud: issued.audience, scope: issued.response.scope, grant_id: issued.grantId });
+  request.audit({ event: 'token_issued', client_id: request.client.clientId, grant_type: handler.grantType, aud: issued.audience, scope: issued.response.scope, grant_id: issued.grantId, ...issued.audit });
   return issued.response;
 }
 
