@@ -1,6 +1,7 @@
 /** What every route needs, built once at start and passed down (no globals). State is passed separately, narrowed per route. */
 import type { Config } from './config/types.js';
 import { KEY_TIMING, type KeyRing, type SigningKeys } from './crypto/keys.js';
+import { DEFAULT_PASSWORD_WAIT_MS, WAITING_PER_SLOT } from './crypto/password-pool.js';
 import type { ClientDirectory } from './http/clients.js';
 import { cookieSettingsFor, type CookieSettings } from './http/cookies.js';
 import { createMetrics, type Metrics } from './http/metrics.js';
@@ -22,6 +23,12 @@ export interface AppLimits {
   /** Wrong user codes per address, per user-code window (RFC 8628 §5.1). */
   readonly userCodeFailures: number;
   readonly userCodeWindowMs: number;
+  /** Password checks running at once in this process, in hashing threads of their own (DESIGN.md §11). */
+  readonly passwordHashes: number;
+  /** How long a sign-in waits for a hashing slot before it gets 503 with Retry-After (§11: 5 s). */
+  readonly passwordWaitMs: number;
+  /** Sign-ins that may wait for a hashing slot at once; more get 503 at once. Default: WAITING_PER_SLOT per slot. */
+  readonly passwordChecksWaiting: number;
 }
 
 export const DEFAULT_LIMITS: AppLimits = {
@@ -33,6 +40,9 @@ export const DEFAULT_LIMITS: AppLimits = {
   loginWindowMs: 15 * 60_000,
   userCodeFailures: 20,
   userCodeWindowMs: 15 * 60_000,
+  passwordHashes: 2,
+  passwordWaitMs: DEFAULT_PASSWORD_WAIT_MS,
+  passwordChecksWaiting: WAITING_PER_SLOT * 2,
 };
 
 export interface AppContext {
@@ -63,7 +73,9 @@ export function makeContext(
   options: { now?: () => number; limits?: Partial<AppLimits>; metrics?: Metrics } = {},
 ): AppContext {
   // The config's `limits` block, then what a test asks for (windows, small numbers).
-  const limits: AppLimits = { ...DEFAULT_LIMITS, ...config.limits, ...options.limits };
+  const chosen = { ...DEFAULT_LIMITS, ...config.limits, ...options.limits };
+  // The waiting room grows with the slots unless set: each slot gets through its share of it within the wait.
+  const limits: AppLimits = { ...chosen, passwordChecksWaiting: options.limits?.passwordChecksWaiting ?? WAITING_PER_SLOT * chosen.passwordHashes };
   const [only, ...others] = [...config.federations.keys()];
   // With no local users and exactly one upstream, a page offering one button is skipped.
   const skipToUpstream = config.users.size === 0 && only !== undefined && others.length === 0;

@@ -466,6 +466,7 @@ function buildLimits(instance: BlockInstance | undefined, findings: Findings): L
     loginFailures: value.login_failures ?? DEFAULT_LIMITS.loginFailures,
     loginFailuresAny: value.login_failures_any ?? DEFAULT_LIMITS.loginFailuresAny,
     userCodeFailures: value.user_code_failures ?? DEFAULT_LIMITS.userCodeFailures,
+    passwordHashes: value.password_hashes ?? DEFAULT_LIMITS.passwordHashes,
   };
 }
 

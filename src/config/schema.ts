@@ -189,6 +189,15 @@ const limit = z
     error: (issue) => `is ${String(issue.input)}; use a whole number from 1 to ${MAX_LIMIT}`,
   });
 
+/** The most password checks at once (DESIGN.md §11): each holds about 128 MiB at the default scrypt cost. */
+export const MAX_PASSWORD_HASHES = 64;
+
+const passwordHashes = z
+  .number({ error: (issue) => (typeof issue.input === 'string' ? 'must be a number without quotes, e.g. 2' : 'must be a whole number, e.g. 2') })
+  .refine((value) => Number.isInteger(value) && value >= 1 && value <= MAX_PASSWORD_HASHES, {
+    error: (issue) => `is ${String(issue.input)}; use a whole number from 1 to ${MAX_PASSWORD_HASHES} (each check in flight holds about 128 MiB)`,
+  });
+
 /** DESIGN.md §3 `limits`, with §4's numbers as defaults. */
 export const DEFAULT_LIMITS: LimitsConfig = Object.freeze({
   clientFailures: 300,
@@ -196,6 +205,7 @@ export const DEFAULT_LIMITS: LimitsConfig = Object.freeze({
   loginFailures: 10,
   loginFailuresAny: 100,
   userCodeFailures: 20,
+  passwordHashes: 2,
 });
 
 export const limitsSpec = spec(
@@ -205,6 +215,7 @@ export const limitsSpec = spec(
     login_failures: limit.optional(),
     login_failures_any: limit.optional(),
     user_code_failures: limit.optional(),
+    password_hashes: passwordHashes.optional(),
   }),
 );
 

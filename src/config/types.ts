@@ -96,6 +96,8 @@ export interface LimitsConfig {
   readonly loginFailuresAny: number;
   /** Wrong user codes per address, per 15 minutes. */
   readonly userCodeFailures: number;
+  /** Password checks running at once per process, each about 128 MiB at the default cost (DESIGN.md §11). */
+  readonly passwordHashes: number;
 }
 
 /** A resource server that may call /introspect (DESIGN.md §8); its label is an audience entry that can be named. */

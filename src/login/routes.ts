@@ -1,10 +1,9 @@
 /** GET/POST /login: the local sign-in form (DESIGN.md §4 "Sign-in page contract"). */
-import { randomBytes } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import type { AppContext } from '../context.js';
 import { digestOf } from '../crypto/digest.js';
-import { hashPassword, verifyPassword } from '../crypto/password.js';
+import { PasswordCheckUnavailableError, PasswordPool } from '../crypto/password-pool.js';
 import { countFailure, tooManyFailures } from '../http/failure-limit.js';
 import { csrfToken, csrfValid } from '../http/csrf.js';
 import { expiredSignIn, isLoginId } from '../http/login-request.js';
@@ -59,8 +58,6 @@ ${upstreams.length === 0 ? html`` : html`<ul class="upstreams">${upstreams}</ul>
 }
 
 export function loginRoutes(ctx: AppContext, store: SignInStores): FastifyPluginAsync {
-  // Verified against when the user is unknown, so timing does not tell which usernames exist.
-  let unknownUserHash: Promise<string> | undefined;
   function showForm(request: FastifyRequest, reply: FastifyReply, status: number, state: FormState): FastifyReply {
     const { purpose } = state.pending;
     // After sign-in the browser goes on (through /authorize/resume) to the client's redirect URI.
@@ -90,6 +87,16 @@ export function loginRoutes(ctx: AppContext, store: SignInStores): FastifyPlugin
   }
 
   return async (app) => {
+    // DESIGN.md §11: at most limits.password_hashes checks at once, in threads of their own, so token signing never waits behind scrypt.
+    const passwords = new PasswordPool({
+      size: ctx.limits.passwordHashes,
+      maxWaitMs: ctx.limits.passwordWaitMs,
+      maxWaiting: ctx.limits.passwordChecksWaiting,
+      registry: ctx.metrics.registry,
+      onThreadExit: (exitCode, error) => app.log.warn({ exitCode, err: { message: error?.message } }, 'a password hashing thread ended; another starts when needed'),
+    });
+    app.addHook('onClose', () => passwords.close());
+
     app.get('/login', { config: { page: true } }, async (request, reply) => {
       const loginId = (request.query as Record<string, unknown>).login;
       const id = typeof loginId === 'string' && isLoginId(loginId) ? loginId : undefined;
@@ -124,7 +131,18 @@ export function loginRoutes(ctx: AppContext, store: SignInStores): FastifyPlugin
       }
       if (admission.delayMs > 0) await sleep(admission.delayMs);
       const user = ctx.config.users.get(username);
-      const valid = await verifyPassword(password.slice(0, 1024), user?.passwordHash ?? (await (unknownUserHash ??= hashPassword(randomBytes(16).toString('hex')))));
+      let valid: boolean;
+      try {
+        // An unknown user costs the same check, so timing does not tell which usernames exist.
+        valid = await passwords.verify(password.slice(0, 1024), user?.passwordHash);
+      } catch (error) {
+        if (!(error instanceof PasswordCheckUnavailableError)) throw error;
+        // Not checked, so not counted against the user (DESIGN.md §11: 503 with Retry-After).
+        await store.forgiveAttempt(userAtAddress(username, address), ctx.now());
+        request.outcome = 'temporarily_unavailable';
+        reply.header('Retry-After', String(error.retryAfterSeconds));
+        return showForm(request, reply, 503, { loginId, pending, username, message: 'Too many sign-ins at once. Try again in a few seconds.' });
+      }
       if (user === undefined || !valid) {
         await store.countAttempt(userAnywhere(username), ctx.now(), ctx.limits.loginWindowMs);
         countFailure(ctx.failures, address, undefined, 401, ctx.now());
