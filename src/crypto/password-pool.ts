@@ -5,8 +5,10 @@
  */
 import { Worker } from 'node:worker_threads';
 import { Counter, Gauge, type Registry } from 'prom-client';
-import { decoyCheck, passwordCheckOf, type PasswordCheck } from './password.js';
-import type { PasswordWorkerAnswer } from './password-worker.js';
+import { decoyCheck, hashingJob, passwordCheckOf, type PasswordCheck } from './password.js';
+
+/** What a hashing thread answers for each check. */
+type HashingAnswer = { readonly matches: boolean } | { readonly failure: string };
 
 /** DESIGN.md §11: a sign-in waits at most this long for a hashing slot, then gets 503. */
 export const DEFAULT_PASSWORD_WAIT_MS = 5000;
@@ -61,16 +63,24 @@ interface HashingThread {
 }
 
 /**
- * Where a hashing thread starts: password-worker.js beside this module in dist/. Under tsx (the `.ts` sources, as
- * tests run) a one-line start registers tsx in the thread first, since Node 20 workers get no module hooks from
- * their parent nor from execArgv; from dist/ nothing of tsx is resolved or loaded.
+ * A hashing thread's code, plain JavaScript run with `eval`, so it starts the same way from the TypeScript sources
+ * and from dist/ with no loader: one check at a time, scryptSync blocking this thread only, which is the point —
+ * libuv's pool stays free for WebCrypto's signatures (DESIGN.md §11). It answers the verdict or why scrypt could not
+ * run, never the password.
  */
-function workerEntry(): URL {
-  if (!import.meta.url.endsWith('.ts')) return new URL('./password-worker.js', import.meta.url);
-  const module = new URL('./password-worker.ts', import.meta.url).href;
-  const start = `const { register } = await import(${JSON.stringify(import.meta.resolve('tsx/esm/api'))}); register(); await import(${JSON.stringify(module)});`;
-  return new URL(`data:text/javascript,${encodeURIComponent(start)}`);
-}
+const HASHING_THREAD_SOURCE = `
+const { parentPort } = require('node:worker_threads');
+const { scryptSync, timingSafeEqual } = require('node:crypto');
+parentPort.on('message', (job) => {
+  let answer;
+  try {
+    answer = { matches: timingSafeEqual(scryptSync(job.password, job.salt, job.key.length, job.options), job.key) };
+  } catch (error) {
+    answer = { failure: String(error && error.message) };
+  }
+  parentPort.postMessage(answer);
+});
+`;
 
 export class PasswordPool {
   readonly #size: number;
@@ -142,8 +152,9 @@ export class PasswordPool {
   /** A new thread when fewer than `size` run: started on demand and kept, unref'd while idle so a process can exit. */
   #startThread(): HashingThread | undefined {
     if (this.#threads.size >= this.#size) return undefined;
-    const thread: HashingThread = { worker: new Worker(workerEntry()), job: undefined, error: undefined };
-    thread.worker.on('message', (answer: PasswordWorkerAnswer) => this.#answered(thread, answer));
+    // No execArgv of the parent: a flag such as --input-type=module would make the CommonJS source fail.
+    const thread: HashingThread = { worker: new Worker(HASHING_THREAD_SOURCE, { eval: true, execArgv: [] }), job: undefined, error: undefined };
+    thread.worker.on('message', (answer: HashingAnswer) => this.#answered(thread, answer));
     thread.worker.on('error', (error) => (thread.error = error));
     thread.worker.on('exit', (exitCode) => this.#exited(thread, exitCode));
     thread.worker.unref();
@@ -155,10 +166,10 @@ export class PasswordPool {
     thread.job = job;
     // A check in flight keeps the process alive until it is answered.
     thread.worker.ref();
-    thread.worker.postMessage(job.check);
+    thread.worker.postMessage(hashingJob(job.check));
   }
 
-  #answered(thread: HashingThread, answer: PasswordWorkerAnswer): void {
+  #answered(thread: HashingThread, answer: HashingAnswer): void {
     const job = thread.job;
     thread.job = undefined;
     thread.worker.unref();

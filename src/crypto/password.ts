@@ -1,4 +1,4 @@
-import { randomBytes, scrypt, scryptSync, timingSafeEqual, type ScryptOptions } from 'node:crypto';
+import { randomBytes, scrypt, timingSafeEqual, type ScryptOptions } from 'node:crypto';
 
 export interface ScryptCost {
   readonly N: number;
@@ -76,10 +76,16 @@ export function decoyCheck(password: string): PasswordCheck {
   return { password, cost: DEFAULT_COST, salt: randomBytes(SALT_BYTES), key: randomBytes(KEY_BYTES) };
 }
 
-/** Runs a check on the calling thread (scryptSync): for a hashing thread of its own, never the event loop. */
-export function runPasswordCheck(check: PasswordCheck): boolean {
-  const key = scryptSync(normalized(check.password), check.salt, check.key.length, scryptOptions(check.cost));
-  return timingSafeEqual(key, check.key);
+/** What a hashing thread gets for one check: scrypt's inputs, ready to run (the pool's thread code stays plain JavaScript). */
+export interface HashingJob {
+  readonly password: string;
+  readonly salt: Uint8Array;
+  readonly key: Uint8Array;
+  readonly options: ScryptOptions;
+}
+
+export function hashingJob(check: PasswordCheck): HashingJob {
+  return { password: normalized(check.password), salt: check.salt, key: check.key, options: scryptOptions(check.cost) };
 }
 
 const normalized = (password: string): string => password.normalize('NFC');
