@@ -7,8 +7,9 @@ import { makeContext, type AppContext, type AppLimits } from './context.js';
 import type { Config } from './config/types.js';
 import { clientErrorHandler, isApiPath } from './http/client-error.js';
 import { corsHook } from './http/cors.js';
-import { ClientDirectory, type DocumentResolver } from './http/clients.js';
-import { createMetrics, measuredStore, requestRecorder, type Metrics } from './http/metrics.js';
+import { ClientDirectory, type DocumentResolver } from './clients/directory.js';
+import { createMetrics, requestRecorder, type Metrics } from './http/metrics.js';
+import { measuredStore } from './store/measured.js';
 import { proxyTrust, REQUEST_ID_SHAPE } from './http/proxies.js';
 import { countFailure } from './http/failure-limit.js';
 import { LIMITS, parseParams } from './http/params.js';
@@ -63,7 +64,7 @@ export interface BuildAppOptions {
 
 export async function buildApp(options: BuildAppOptions): Promise<{ app: FastifyInstance; ctx: AppContext }> {
   const metrics = options.metrics ?? createMetrics({ processMetrics: false });
-  const store = measuredStore(options.store, metrics);
+  const store = measuredStore(options.store, metrics.storeOperations);
   const clients = new ClientDirectory(options.config, store, options.documents);
   const ctx = makeContext(options.config, options.keys, clients, { now: options.now, limits: options.limits, metrics });
   const logger = options.logger ?? createLogger('silent');

@@ -2,7 +2,7 @@
 import type { Config } from './config/types.js';
 import { KEY_TIMING, type KeyRing, type SigningKeys } from './crypto/keys.js';
 import { DEFAULT_PASSWORD_WAIT_MS, WAITING_PER_SLOT } from './crypto/password-pool.js';
-import type { ClientDirectory } from './http/clients.js';
+import type { ClientDirectory } from './clients/directory.js';
 import { cookieSettingsFor, type CookieSettings } from './http/cookies.js';
 import { createMetrics, type Metrics } from './http/metrics.js';
 import { FixedWindowLimiter } from './http/rate-limit.js';

@@ -2,7 +2,7 @@
 import { readFile } from 'node:fs/promises';
 import { buildApp } from './app.js';
 import type { Config } from './config/types.js';
-import { MetadataDocuments } from './http/metadata-document.js';
+import { MetadataDocuments } from './clients/metadata-document.js';
 import { createMetrics, serveMetrics } from './http/metrics.js';
 import { createLogger } from './log.js';
 import { VERSION } from './version.js';

@@ -9,8 +9,8 @@ import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test, type TestContext } from 'node:test';
-import { checkDocument, documentUrlProblem, freshnessMs, MetadataDocuments, type MetadataDocumentsOptions } from '../src/http/metadata-document.js';
-import { isPublicAddress, publicOnlyLookup } from '../src/http/safe-fetch.js';
+import { checkDocument, documentUrlProblem, freshnessMs, MetadataDocuments, type MetadataDocumentsOptions } from '../src/clients/metadata-document.js';
+import { isPublicAddress, publicOnlyLookup } from '../src/clients/safe-fetch.js';
 
 const MINUTE = 60_000;
 const BOUNDED = { timeout: 15_000 };

@@ -71,32 +71,6 @@ export function requestRecorder(metrics: Metrics): RequestRecorder {
   };
 }
 
-/** `store` with each method's latency recorded under its name (one wrapper, not a line in every store). */
-export function measuredStore<S extends object>(store: S, metrics: Metrics): S {
-  // Each method is wrapped once, on first use, not on every call (the store is on the /token path).
-  const wrapped = new Map<string, (...args: unknown[]) => unknown>();
-  return new Proxy(store, {
-    get(target, property, receiver) {
-      const value: unknown = Reflect.get(target, property, receiver);
-      if (typeof value !== 'function' || typeof property !== 'string') return value;
-      let measured = wrapped.get(property);
-      if (measured === undefined) {
-        const histogram = metrics.storeOperations.labels({ operation: property });
-        const method = value as (...a: unknown[]) => unknown;
-        measured = (...args: unknown[]) => {
-          const end = histogram.startTimer();
-          const result = method.apply(target, args);
-          if (result instanceof Promise) return result.finally(end);
-          end();
-          return result;
-        };
-        wrapped.set(property, measured);
-      }
-      return measured;
-    },
-  });
-}
-
 /** GET /metrics in Prometheus text on `listen`, and nothing else. */
 export async function serveMetrics(metrics: Metrics, listen: { readonly host: string; readonly port: number }): Promise<Server> {
   const server = createServer((request, response) => {

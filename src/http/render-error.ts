@@ -1,19 +1,16 @@
 /** The one place errors become responses: JSON for the OAuth endpoints, an HTML page for pages. */
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
 import { OAuthError } from '../policy/oauth-error.js';
-import { StoreUnavailableError } from '../store/unavailable.js';
 import { errorPage } from './pages.js';
-
-/** A store outage: DESIGN.md §7 says 503 temporarily_unavailable, and the server recovers by itself. */
-export const storeUnavailable = (): OAuthError =>
-  new OAuthError('temporarily_unavailable', 'the state store is unreachable; try again shortly', 503, { 'Retry-After': '5' });
 
 /** Turns anything thrown into an OAuthError; unknown failures become server_error (logged, not shown). */
 export function toOAuthError(error: unknown, request: FastifyRequest): OAuthError {
-  if (error instanceof OAuthError) return error;
-  if (error instanceof StoreUnavailableError) {
-    request.log.error({ err: { message: String((error.cause as Error | undefined)?.message ?? error.message) } }, 'state store unavailable');
-    return storeUnavailable();
+  if (error instanceof OAuthError) {
+    // A store outage carries the backend's error: the operator needs it, the client never sees it.
+    if (error.status === 503 && error.cause !== undefined) {
+      request.log.error({ err: { message: String((error.cause as Error | undefined)?.message ?? error.cause) } }, 'state store unavailable');
+    }
+    return error;
   }
   const fastifyError = error as Partial<FastifyError>;
   switch (fastifyError.code) {

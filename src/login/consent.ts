@@ -7,13 +7,13 @@
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import type { ClientRecord } from '../config/types.js';
 import type { AppContext } from '../context.js';
-import { csrfToken, csrfValid, sameBrowser } from '../http/csrf.js';
-import { expiredSignIn, isLoginId } from '../http/login-request.js';
+import { csrfToken, csrfValid, sameBrowser } from '../session/csrf.js';
+import { expiredSignIn, isLoginId } from '../session/login-request.js';
 import { formTargetOf, html, pageHeaders, scopeList, sendPage, signOutForm, type Html } from '../http/pages.js';
 import { EMPTY_PARAMS, parseParams, queryOf, single, type Params } from '../http/params.js';
 import { errorRedirect } from '../http/redirects.js';
 import { sendErrorPage } from '../http/render-error.js';
-import { currentSession } from '../http/session.js';
+import { currentSession } from '../session/session.js';
 import { bounded } from '../log.js';
 import { redirectOriginOf, widenConsent } from '../policy/consent.js';
 import { grantAudience } from '../policy/resource.js';

@@ -4,12 +4,12 @@
  */
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import type { AppContext } from '../context.js';
-import { csrfToken, csrfValid } from '../http/csrf.js';
-import { startLogin } from '../http/login-request.js';
+import { csrfToken, csrfValid } from '../session/csrf.js';
+import { startLogin } from '../session/login-request.js';
 import { html, scopeList, sendPage, signOutForm } from '../http/pages.js';
 import { EMPTY_PARAMS, parseParams, queryOf, repeatedParameter, single, type Params } from '../http/params.js';
 import { sendErrorPage } from '../http/render-error.js';
-import { currentSession } from '../http/session.js';
+import { currentSession } from '../session/session.js';
 import { OAuthError } from '../policy/oauth-error.js';
 import { formatUserCode, normaliseUserCode } from '../policy/user-code.js';
 

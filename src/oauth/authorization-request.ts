@@ -5,7 +5,7 @@ import { all, checkLimits, repeatedParameter, single, type Params } from '../htt
 import { decideAuthorizeResources } from '../policy/resource.js';
 import { redirectUriMatches, type LoopbackPorts } from '../policy/redirect-uri.js';
 import { decideRequestedScope, parseScope } from '../policy/scope.js';
-import type { ClientResolution } from '../http/clients.js';
+import type { ClientResolution } from '../clients/directory.js';
 import { bounded } from '../log.js';
 import type { PendingAuthorization } from '../store/types.js';
 

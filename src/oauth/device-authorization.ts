@@ -10,7 +10,7 @@ import { decideRequestedScope, parseScope } from '../policy/scope.js';
 import type { DeviceAuthorizationRecord, DeviceCodeStore } from '../store/types.js';
 import { newSecret, randomCode } from '../crypto/random.js';
 import { formatUserCode, USER_CODE_ALPHABET, USER_CODE_LENGTH } from '../policy/user-code.js';
-import { authenticateClient, claimedClient } from './client-auth.js';
+import { authenticateClient, claimedClient } from '../clients/authentication.js';
 import { unwrap } from './grants/grant.js';
 import { handleFormEndpoint } from './form-endpoint.js';
 

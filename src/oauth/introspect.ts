@@ -2,7 +2,7 @@
  * POST /introspect (RFC 7662, DESIGN.md §8). A resource server learns about an access token only when its label is
  * in the token's `aud` (a token narrowed to another server is inactive for it); a client only about its own tokens;
  * a resource server never about refresh tokens. An access token costs a jose verification (once per token: see
- * VerifiedAccessTokens) and one lookup (access-token-state.ts: a revoked grant's tokens are inactive at once, on
+ * VerifiedAccessTokens) and one lookup (tokens/access-token-state.ts: a revoked grant's tokens are inactive at once, on
  * every instance sharing the store).
  */
 import type { FastifyPluginAsync } from 'fastify';
@@ -14,10 +14,10 @@ import { single } from '../http/params.js';
 import { invalidRequest } from '../policy/oauth-error.js';
 import { audienceClaim, grantAudience } from '../policy/resource.js';
 import type { GrantStore, RefreshTokenStore, RevokedTokenStore } from '../store/types.js';
-import { authenticateIntrospectionCaller, claimedClient, type IntrospectionCaller } from './client-auth.js';
+import { authenticateIntrospectionCaller, claimedClient, type IntrospectionCaller } from '../clients/authentication.js';
 import { handleFormEndpoint } from './form-endpoint.js';
-import { accessTokenStands } from './access-token-state.js';
-import { epochSeconds } from './token-claims.js';
+import { accessTokenStands } from '../tokens/access-token-state.js';
+import { epochSeconds } from '../tokens/claims.js';
 
 export type IntrospectionStores = GrantStore & RefreshTokenStore & RevokedTokenStore;
 

@@ -9,7 +9,7 @@ import type { DynamicClientsConfig } from '../config/types.js';
 import type { AppContext } from '../context.js';
 import { digestOf, matchesDigest, sha256 } from '../crypto/digest.js';
 import { randomText } from '../crypto/random.js';
-import { newRegisteredClientId } from '../http/clients.js';
+import { newRegisteredClientId } from '../clients/directory.js';
 import { countAgainstAddress, tooManyFailures } from '../http/failure-limit.js';
 import { sendJsonError } from '../http/render-error.js';
 import { bounded } from '../log.js';

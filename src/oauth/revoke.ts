@@ -11,9 +11,9 @@ import { refreshTokenKey } from '../crypto/refresh-token.js';
 import { single } from '../http/params.js';
 import { invalidRequest } from '../policy/oauth-error.js';
 import type { GrantStore, RefreshTokenStore, RevokedTokenStore } from '../store/types.js';
-import { authenticateClient, claimedClient } from './client-auth.js';
+import { authenticateClient, claimedClient } from '../clients/authentication.js';
 import { handleFormEndpoint } from './form-endpoint.js';
-import { grantIdOfJti } from './token-claims.js';
+import { grantIdOfJti } from '../tokens/claims.js';
 
 export type RevocationStores = GrantStore & RefreshTokenStore & RevokedTokenStore;
 

@@ -4,7 +4,7 @@ import type { AppContext } from '../context.js';
 import { single } from '../http/params.js';
 import { OAuthError } from '../policy/oauth-error.js';
 import type { AuthorizationCodeStore, DeviceCodeStore, GrantStore, RefreshTokenStore, RevokedTokenStore } from '../store/types.js';
-import { authenticateClient, claimedClient } from './client-auth.js';
+import { authenticateClient, claimedClient } from '../clients/authentication.js';
 import { handleFormEndpoint } from './form-endpoint.js';
 import { authorizationCodeGrant } from './grants/authorization-code.js';
 import { clientCredentialsGrant } from './grants/client-credentials.js';

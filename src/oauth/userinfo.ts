@@ -5,8 +5,8 @@ import type { AppContext } from '../context.js';
 import { isAddressedToProvider, type Audience } from '../policy/resource.js';
 import { verifyAccessToken } from '../crypto/jwt.js';
 import type { GrantStore, RevokedTokenStore, SubjectClaims, SubjectClaimsStore } from '../store/types.js';
-import { accessTokenStands } from './access-token-state.js';
-import { releasedClaims } from './token-claims.js';
+import { accessTokenStands } from '../tokens/access-token-state.js';
+import { releasedClaims } from '../tokens/claims.js';
 
 /** RFC 6750 §3: the challenge says why. */
 function refuse(request: FastifyRequest, reply: FastifyReply, error: 'invalid_token' | 'invalid_request', description: string): FastifyReply {

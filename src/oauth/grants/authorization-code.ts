@@ -7,7 +7,7 @@ import { refreshLifetimeOf } from '../../policy/grant-eligibility.js';
 import type { Audience } from '../../policy/resource.js';
 import { badCode, checkCodeExchangeRequest, decideCodeExchange } from '../../policy/token-requests.js';
 import type { AuthorizationCodeRecord, AuthorizationCodeStore, Grant, GrantStore } from '../../store/types.js';
-import { issueTokens } from '../token-response.js';
+import { issueTokens } from '../../tokens/response.js';
 import { revokeReplayed, type GrantHandler } from './grant.js';
 
 interface ValidCodeExchange {

@@ -4,7 +4,7 @@ import { all, single } from '../../http/params.js';
 import type { Audience } from '../../policy/resource.js';
 import { parseScope } from '../../policy/scope.js';
 import { decideClientCredentials } from '../../policy/token-requests.js';
-import { issueTokens } from '../token-response.js';
+import { issueTokens } from '../../tokens/response.js';
 import type { GrantHandler } from './grant.js';
 
 interface ValidClientCredentials {

@@ -8,7 +8,7 @@ import { DEVICE_CODE_GRANT, refreshLifetimeOf } from '../../policy/grant-eligibi
 import { OAuthError } from '../../policy/oauth-error.js';
 import { badDeviceCode, checkDevicePollRequest, decideDevicePoll, type DevicePoll } from '../../policy/token-requests.js';
 import type { DeviceAuthorizationRecord, DeviceCodeStore, Grant } from '../../store/types.js';
-import { issueTokens } from '../token-response.js';
+import { issueTokens } from '../../tokens/response.js';
 import type { GrantHandler } from './grant.js';
 
 interface ValidPoll {

@@ -10,7 +10,7 @@ import type { Params } from '../../http/params.js';
 import type { TokenDecision } from '../../policy/token-requests.js';
 import type { GrantStore } from '../../store/types.js';
 import type { Metrics } from '../../http/metrics.js';
-import type { Issued, TokenResponse } from '../token-response.js';
+import type { Issued, TokenResponse } from '../../tokens/response.js';
 
 export interface TokenRequest {
   readonly client: ClientRecord;

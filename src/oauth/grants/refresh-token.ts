@@ -9,7 +9,7 @@ import type { Audience } from '../../policy/resource.js';
 import { parseScope } from '../../policy/scope.js';
 import { badRefreshToken, checkRefreshRequest, decideRefresh, withinReuseGrace, type RefreshState } from '../../policy/token-requests.js';
 import type { Grant, GrantStore, RefreshLookup, RefreshTokenStore } from '../../store/types.js';
-import { issueTokens } from '../token-response.js';
+import { issueTokens } from '../../tokens/response.js';
 import { revokeReplayed, type GrantHandler } from './grant.js';
 
 interface ValidRefresh {

@@ -21,9 +21,9 @@ import {
   type SubjectToken,
 } from '../../policy/token-exchange.js';
 import type { GrantStore, RevokedTokenStore } from '../../store/types.js';
-import { accessTokenStands } from '../access-token-state.js';
-import { grantIdOfJti } from '../token-claims.js';
-import { issueTokens } from '../token-response.js';
+import { accessTokenStands } from '../../tokens/access-token-state.js';
+import { grantIdOfJti } from '../../tokens/claims.js';
+import { issueTokens } from '../../tokens/response.js';
 import type { GrantHandler } from './grant.js';
 
 /** What this grant reads (RFC 8693 §2.1); actor_token, actor_token_type and audience are read only to be refused. */

@@ -5,7 +5,7 @@ import type { ActClaim } from '../policy/act-chain.js';
 import type { Audience } from '../policy/resource.js';
 import type { SubjectClaims } from '../store/types.js';
 import { signJwt } from '../crypto/jwt.js';
-import { accessTokenClaims, idTokenClaims } from './token-claims.js';
+import { accessTokenClaims, idTokenClaims } from './claims.js';
 
 export interface TokenResponse {
   readonly access_token: string;

@@ -10,7 +10,7 @@ import { parseScope } from '../policy/scope.js';
 import type { RegisteredClientRecord, RegisteredClientStore } from '../store/types.js';
 import type { MetadataDocument, MetadataDocuments } from './metadata-document.js';
 
-/** What fetches, checks and caches client ID metadata documents (http/metadata-document.ts). */
+/** What fetches, checks and caches client ID metadata documents (metadata-document.ts). */
 export type DocumentResolver = Pick<MetadataDocuments, 'resolve' | 'cachedDocument'>;
 
 export type ClientResolution =

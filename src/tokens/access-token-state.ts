@@ -4,7 +4,7 @@
  */
 import type { AppContext } from '../context.js';
 import type { GrantStore, RevokedTokenStore } from '../store/types.js';
-import { grantIdOfJti } from './token-claims.js';
+import { grantIdOfJti } from './claims.js';
 
 export interface AccessTokenClaims {
   readonly jti: string;
