@@ -13,7 +13,7 @@ import {
   type ExchangeParameters,
   type SubjectToken,
 } from '../src/policy/token-exchange.js';
-import type { TokenDecision } from '../src/policy/token-requests.js';
+import type { Decision } from '../src/policy/decision.js';
 
 const ISSUER = 'https://auth.example.org';
 const ORDERS = 'https://orders.example.org/';
@@ -41,19 +41,19 @@ const sent = (overrides: Partial<ExchangeParameters> = {}): ExchangeParameters =
   ...overrides,
 });
 
-function refusal<T>(decision: TokenDecision<T>): OAuthError {
+function refusal<T>(decision: Decision<T>): OAuthError {
   assert.equal(decision.ok, false, 'expected a refusal');
   return (decision as { error: OAuthError }).error;
 }
 
-function assertRefused<T>(decision: TokenDecision<T>, code: string, description: string | RegExp): void {
+function assertRefused<T>(decision: Decision<T>, code: string, description: string | RegExp): void {
   const error = refusal(decision);
   assert.equal(error.code, code);
   if (typeof description === 'string') assert.equal(error.description, description);
   else assert.match(error.description, description);
 }
 
-function value<T>(decision: TokenDecision<T>): T {
+function value<T>(decision: Decision<T>): T {
   if (!decision.ok) assert.fail(`refused: ${decision.error.code}: ${decision.error.description}`);
   return decision.value;
 }
@@ -140,7 +140,7 @@ describe('token exchange, rows 2-6: the request alone', () => {
 });
 
 describe('token exchange, rows 7-11: the subject token', () => {
-  const check = (overrides: Record<string, unknown>, client: ExchangeClient = caller): TokenDecision<SubjectToken> =>
+  const check = (overrides: Record<string, unknown>, client: ExchangeClient = caller): Decision<SubjectToken> =>
     checkSubjectToken({ client, issuer: ISSUER, claims: claims(overrides), grantId: 'grant-1' });
 
   test('a verified token of a grant addressed to the caller gives what the exchange takes from it', () => {

@@ -23,7 +23,8 @@
 import { MAX_ACT_DEPTH, actDepth, nestAct, type ActClaim } from './act-chain.js';
 import { OAuthError, invalidGrant } from './oauth-error.js';
 import { PROVIDER_SCOPES, audienceClaim, isNameable, notRequestable, resourceRepeated, type Audience } from './resource.js';
-import type { PolicyClient, TokenDecision } from './token-requests.js';
+import type { PolicyClient } from './token-requests.js';
+import { allow, refuse, type Decision } from './decision.js';
 import { grantRefusal, mayUseGrant, TOKEN_EXCHANGE_GRANT } from './grant-eligibility.js';
 
 export { TOKEN_EXCHANGE_GRANT };
@@ -58,8 +59,6 @@ export interface ExchangeRequest {
   readonly requestedScope: readonly string[];
 }
 
-const allow = <T>(value: T): TokenDecision<T> => ({ ok: true, value });
-const refuse = <T>(error: OAuthError): TokenDecision<T> => ({ ok: false, error });
 const badRequest = (description: string): OAuthError => new OAuthError('invalid_request', description);
 
 /** DESIGN.md §12: every refusal of the subject token itself says the same, so it tells a caller nothing more. */
@@ -73,7 +72,7 @@ export function mayExchangeTokens(client: ExchangeClient): boolean {
 }
 
 /** Rows 1-6: what the request alone decides, before the subject token is looked at. */
-export function checkTokenExchangeRequest(client: ExchangeClient, sent: ExchangeParameters): TokenDecision<ExchangeRequest> {
+export function checkTokenExchangeRequest(client: ExchangeClient, sent: ExchangeParameters): Decision<ExchangeRequest> {
   const ineligible = grantRefusal(client, TOKEN_EXCHANGE_GRANT);
   if (ineligible !== undefined) return refuse(ineligible);
   if (sent.resources.length > 1) return refuse(resourceRepeated());
@@ -117,7 +116,7 @@ export function checkSubjectToken(input: {
   readonly issuer: string;
   readonly claims: Readonly<Record<string, unknown>> | undefined;
   readonly grantId: string | undefined;
-}): TokenDecision<SubjectToken> {
+}): Decision<SubjectToken> {
   const { client, issuer, claims, grantId } = input;
   if (claims === undefined) return refuse(badSubjectToken());
   const { sub, client_id: clientId, jti, aud, scope, exp, auth_time: authTime, act } = claims;
@@ -161,7 +160,7 @@ export function decideTokenExchange(input: {
   readonly subject: SubjectToken;
   /** DESIGN.md §8 access-token state of the subject token: its grant lives and its person and clients are configured. */
   readonly grantStands: boolean;
-}): TokenDecision<Exchange> {
+}): Decision<Exchange> {
   const { client, request, subject } = input;
   if (!input.grantStands) return refuse(badSubjectToken());
   // DESIGN.md §5 against the caller's audience: exactly an entry that can be named; without one, the whole audience.
@@ -177,7 +176,7 @@ export function decideTokenExchange(input: {
  * DESIGN.md §12: the new scope lies within both the subject token's and the caller's scopes; provider scopes (§5)
  * never cross an exchange; without `scope` it is that whole intersection; nothing left is invalid_scope.
  */
-export function decideExchangeScope(requested: readonly string[], subjectScope: readonly string[], callerScopes: readonly string[]): TokenDecision<string[]> {
+export function decideExchangeScope(requested: readonly string[], subjectScope: readonly string[], callerScopes: readonly string[]): Decision<string[]> {
   const crossing = subjectScope.filter((value) => callerScopes.includes(value) && !PROVIDER_SCOPES.includes(value));
   const provider = requested.find((value) => PROVIDER_SCOPES.includes(value));
   if (provider !== undefined) return refuse(new OAuthError('invalid_scope', `scope "${provider}" is for the provider alone and never crosses an exchange`));

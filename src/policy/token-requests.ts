@@ -6,8 +6,9 @@
  * the client it was issued to, in an otherwise valid request.
  */
 import { DEVICE_CODE_GRANT, grantRefusal, type GrantEligibleClient } from './grant-eligibility.js';
+import { allow, refuse, type Decision } from './decision.js';
 import { OAuthError, invalidGrant } from './oauth-error.js';
-import { decideResourceParameter, decideTokenAudience, isNameable, providerScopeOf, type Audience, type Decision } from './resource.js';
+import { decideResourceParameter, decideTokenAudience, isNameable, providerScopeOf, type Audience } from './resource.js';
 import { decideRefreshScope, decideRequestedScope } from './scope.js';
 
 /** What the policy needs to know of a client (a ClientRecord fits); which grants it may use is grant-eligibility.ts's. */
@@ -49,15 +50,6 @@ export function withinReuseGrace(rotatedAt: number, graceMs: number, now: number
   return graceMs > 0 && now - rotatedAt <= graceMs;
 }
 
-/** A refusal, and the grant to revoke when the refusal is a detected replay (DESIGN.md §6). */
-export type TokenDecision<T> =
-  | { readonly ok: true; readonly value: T }
-  | { readonly ok: false; readonly error: OAuthError; readonly revokeGrant?: string };
-
-const allow = <T>(value: T): TokenDecision<T> => ({ ok: true, value });
-const refuse = <T>(error: OAuthError, revokeGrant?: string): TokenDecision<T> =>
-  revokeGrant === undefined ? { ok: false, error } : { ok: false, error, revokeGrant };
-const fromDecision = <T>(decision: Decision<T>): TokenDecision<T> => decision;
 
 export const badCode = (): OAuthError => invalidGrant('the authorization code is invalid, expired or already used');
 export const badRefreshToken = (): OAuthError => invalidGrant('the refresh token is invalid, expired or revoked');
@@ -79,7 +71,7 @@ export function checkCodeExchangeRequest(
   client: PolicyClient,
   requested: readonly string[],
   sent: CodeExchangeParameters,
-): TokenDecision<Required<CodeExchangeParameters>> {
+): Decision<Required<CodeExchangeParameters>> {
   const ineligible = grantRefusal(client, 'authorization_code');
   if (ineligible !== undefined) return refuse(ineligible);
   const shape = decideResourceParameter('authorization_code', requested);
@@ -106,7 +98,7 @@ export function decideCodeExchange(input: {
   readonly requested: readonly string[];
   /** Whether the grant's subject is still a user (or an upstream's) of the configuration. */
   readonly subjectExists: boolean;
-}): TokenDecision<Audience> {
+}): Decision<Audience> {
   const { client, state } = input;
   if (state.status === 'unknown' || state.code.clientId !== client.clientId) return refuse(badCode());
   if (state.code.redirectUri !== input.redirectUri) return refuse(invalidGrant('redirect_uri does not match the authorization request'));
@@ -115,17 +107,15 @@ export function decideCodeExchange(input: {
   if (state.status === 'used') return refuse(badCode(), state.code.grantId);
   const grant = narrowGrant(state.grant, client, input.issuer, input.subjectExists);
   if (!grant.ok) return grant;
-  return fromDecision(
-    decideTokenAudience({
-      grantType: 'authorization_code',
-      client,
-      issuer: input.issuer,
-      grantScope: grant.value.scope,
-      tokenScope: grant.value.scope,
-      grantResources: grant.value.resources,
-      requested: input.requested,
-    }),
-  );
+  return decideTokenAudience({
+    grantType: 'authorization_code',
+    client,
+    issuer: input.issuer,
+    grantScope: grant.value.scope,
+    tokenScope: grant.value.scope,
+    grantResources: grant.value.resources,
+    requested: input.requested,
+  });
 }
 
 /** The request-only checks of a refresh, before the token is looked up (DESIGN.md §5 order). */
@@ -134,7 +124,7 @@ export function checkRefreshRequest(
   requested: readonly string[],
   presented: string | undefined,
   requestedScope: readonly string[] | undefined,
-): TokenDecision<{ readonly presented: string; readonly requestedScope: readonly string[]; readonly lifetimeMs: number }> {
+): Decision<{ readonly presented: string; readonly requestedScope: readonly string[]; readonly lifetimeMs: number }> {
   const shape = decideResourceParameter('refresh_token', requested);
   if (!shape.ok) return shape;
   if (presented === undefined) return refuse(missing('refresh_token'));
@@ -150,7 +140,7 @@ export function checkRefreshRequest(
  * client may no longer have are dropped (so an `aud` never names a server the client's audience no longer holds);
  * a grant that named resources and has none left is refused, so narrowing never widens it.
  */
-export function narrowGrant<G extends GrantBounds>(grant: G, client: PolicyClient, issuer: string, subjectExists: boolean): TokenDecision<G> {
+export function narrowGrant<G extends GrantBounds>(grant: G, client: PolicyClient, issuer: string, subjectExists: boolean): Decision<G> {
   if (!subjectExists) return refuse(invalidGrant('the person this grant was made for is no longer known'));
   const scope = grant.scope.filter((value) => client.scopes.includes(value));
   // The issuer stays nameable while a provider scope does (DESIGN.md §5 provider scopes).
@@ -174,7 +164,7 @@ export function decideRefresh(input: {
   readonly requested: readonly string[];
   /** Whether the grant's subject is still a user (or an upstream's) of the configuration. */
   readonly subjectExists: boolean;
-}): TokenDecision<{ readonly scope: string[]; readonly audience: Audience }> {
+}): Decision<{ readonly scope: string[]; readonly audience: Audience }> {
   const { client, state } = input;
   if (state.status === 'unknown') return refuse(badRefreshToken());
   if (state.status === 'rotated') return refuse(badRefreshToken(), state.clientId === client.clientId ? state.grantId : undefined);
@@ -203,7 +193,7 @@ export function decideClientCredentials(input: {
   readonly issuer: string;
   readonly requestedScope: readonly string[] | undefined;
   readonly requested: readonly string[];
-}): TokenDecision<{ readonly scope: string[]; readonly audience: Audience }> {
+}): Decision<{ readonly scope: string[]; readonly audience: Audience }> {
   const { client, requestedScope } = input;
   const ineligible = grantRefusal(client, 'client_credentials');
   if (ineligible !== undefined) return refuse(ineligible);
@@ -224,7 +214,7 @@ export function decideClientCredentials(input: {
 }
 
 /** The request-only checks of a device-code poll (DESIGN.md §5: a `resource` is refused before anything else). */
-export function checkDevicePollRequest(client: PolicyClient, requested: readonly string[], deviceCode: string | undefined): TokenDecision<string> {
+export function checkDevicePollRequest(client: PolicyClient, requested: readonly string[], deviceCode: string | undefined): Decision<string> {
   const shape = decideResourceParameter('device_code', requested);
   if (!shape.ok) return shape;
   const ineligible = grantRefusal(client, DEVICE_CODE_GRANT);
@@ -259,7 +249,7 @@ export function decideDevicePoll(input: {
   readonly issuer: string;
   readonly state: DeviceState | undefined;
   readonly now: number;
-}): TokenDecision<DevicePoll> {
+}): Decision<DevicePoll> {
   const { client, state, now } = input;
   if (state === undefined || state.clientId !== client.clientId || state.status === 'redeemed') return refuse(badDeviceCode());
   if (state.expiresAt <= now) return allow({ outcome: 'closed', error: new OAuthError('expired_token', 'the device code has expired; start again') });

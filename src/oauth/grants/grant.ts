@@ -7,7 +7,7 @@
 import type { FastifyBaseLogger } from 'fastify';
 import type { ClientRecord } from '../../config/types.js';
 import type { Params } from '../../http/params.js';
-import type { TokenDecision } from '../../policy/token-requests.js';
+import type { Decision } from '../../policy/decision.js';
 import type { GrantStore } from '../../store/types.js';
 import type { Metrics } from '../../http/metrics.js';
 import type { Issued, TokenResponse } from '../../tokens/response.js';
@@ -23,7 +23,7 @@ export interface TokenRequest {
 
 export interface GrantHandler<Validated> {
   readonly grantType: string;
-  validate(request: TokenRequest): Promise<TokenDecision<Validated>>;
+  validate(request: TokenRequest): Promise<Decision<Validated>>;
   respond(request: TokenRequest, validated: Validated): Promise<Issued>;
 }
 
