@@ -66,7 +66,7 @@ export async function buildApp(options: BuildAppOptions): Promise<{ app: Fastify
   const metrics = options.metrics ?? createMetrics({ processMetrics: false });
   const store = measuredStore(options.store, metrics.storeOperations);
   const clients = new ClientDirectory(options.config, store, options.documents);
-  const ctx = makeContext(options.config, options.keys, clients, { now: options.now, limits: options.limits, metrics });
+  const ctx = makeContext(options.config, options.keys, clients, store, { now: options.now, limits: options.limits, metrics });
   const logger = options.logger ?? createLogger('silent');
   const trusted = proxyTrust(options.config.trustedProxies);
   const app = Fastify({

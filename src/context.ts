@@ -7,6 +7,9 @@ import { cookieSettingsFor, type CookieSettings } from './http/cookies.js';
 import { createMetrics, type Metrics } from './http/metrics.js';
 import { FixedWindowLimiter } from './http/rate-limit.js';
 import { isKnownSubject } from './policy/subjects.js';
+import type { GrantStore, RevokedTokenStore } from './store/types.js';
+import type { AccessTokenStateSources } from './tokens/access-token-state.js';
+import type { TokenSigner } from './tokens/response.js';
 
 /** Every limit of DESIGN.md §4, set by the `limits` block (§3); the defaults are the contract's. */
 export interface AppLimits {
@@ -64,12 +67,17 @@ export interface AppContext {
   readonly metrics: Metrics;
   /** Whether a grant's or session's subject is still a user, or comes from a configured upstream (DESIGN.md §6). */
   readonly isKnownSubject: (subject: string) => boolean;
+  /** Signs token responses with the keys in use now. */
+  readonly signer: TokenSigner;
+  /** What the one check of a presented access token's state reads (tokens/access-token-state.ts). */
+  readonly tokenState: AccessTokenStateSources;
 }
 
 export function makeContext(
   config: Config,
   keys: SigningKeys | KeyRing,
   clients: ClientDirectory,
+  store: GrantStore & RevokedTokenStore,
   options: { now?: () => number; limits?: Partial<AppLimits>; metrics?: Metrics } = {},
 ): AppContext {
   // The config's `limits` block, then what a test asks for (windows, small numbers).
@@ -81,21 +89,32 @@ export function makeContext(
   const skipToUpstream = config.users.size === 0 && only !== undefined && others.length === 0;
   const ring = 'current' in keys ? keys : undefined;
   const fixed = 'current' in keys ? undefined : keys;
+  const keysNow = (): SigningKeys => ring?.current ?? (fixed as SigningKeys);
+  const now = options.now ?? Date.now;
+  const isKnown = (subject: string): boolean => isKnownSubject(subject, config.users, config.federations);
   return {
     config,
     get keys(): SigningKeys {
-      return ring?.current ?? (fixed as SigningKeys);
+      return keysNow();
     },
     jwksMaxAgeSeconds: ring?.jwksMaxAgeSeconds ?? KEY_TIMING.jwksMaxAgeSeconds,
     issuer: config.baseUrl,
-    now: options.now ?? Date.now,
+    now,
     limits,
     failures: new FixedWindowLimiter(limits.failureWindowMs),
     cookies: cookieSettingsFor(config.baseUrl, config.basePath),
     clients,
     sessionLifetimeMs: 12 * 3600_000,
     metrics: options.metrics ?? createMetrics({ processMetrics: false }),
-    isKnownSubject: (subject) => isKnownSubject(subject, config.users, config.federations),
+    isKnownSubject: isKnown,
+    signer: { issuer: config.baseUrl, accessTokenLifetimeMs: config.accessTokenLifetimeMs, keys: keysNow },
+    tokenState: {
+      store,
+      now,
+      isKnownClient: (clientId) => clients.isKnownClient(clientId),
+      isKnownSubject: isKnown,
+      mayExchange: (clientId) => config.clients.get(clientId)?.tokenExchange !== undefined,
+    },
     signInPage: (loginId) =>
       skipToUpstream
         ? `${config.basePath}/federation/start?login=${loginId}&upstream=${encodeURIComponent(only)}`

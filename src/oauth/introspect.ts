@@ -45,7 +45,7 @@ export function introspectionRoutes(ctx: AppContext, store: IntrospectionStores)
     const allowed = caller.kind === 'resource_server' ? audience.includes(caller.label) : clientId === caller.client.clientId;
     if (!allowed) return INACTIVE;
     const { act } = payload;
-    if (!(await accessTokenStands(ctx, store, { jti, clientId, exchanged: act !== undefined }))) return INACTIVE;
+    if (!(await accessTokenStands(ctx.tokenState, { jti, clientId, exchanged: act !== undefined }))) return INACTIVE;
     const answer = { active: true, scope: payload.scope, client_id: clientId, sub, aud, iss: payload.iss, exp: payload.exp, iat: payload.iat, jti, token_type: 'Bearer', token_use: 'access_token' };
     // RFC 8693 §4.1, DESIGN.md §12: an exchanged token says who acts for the subject.
     return act === undefined ? answer : { ...answer, act };

@@ -46,7 +46,7 @@ export function userinfoRoutes(ctx: AppContext, store: SubjectClaimsStore & Gran
       return refuse(request, reply, 'invalid_token', 'the access token is invalid or expired');
     }
     // DESIGN.md §6, §8: a token of a revoked grant, or of a person or client no longer configured, has no claims here.
-    if (!(await accessTokenStands(ctx, store, { jti: payload.jti, clientId: client.clientId }))) {
+    if (!(await accessTokenStands(ctx.tokenState, { jti: payload.jti, clientId: client.clientId }))) {
       return refuse(request, reply, 'invalid_token', 'the access token is no longer valid');
     }
     if (!scope.includes('openid')) return refuse(request, reply, 'invalid_token', 'the access token does not carry the openid scope');

@@ -2,7 +2,6 @@
  * Whether an access token jose has verified still stands (DESIGN.md §6, §8): revocation and config changes reach
  * tokens already issued, on every instance sharing the store, for the price of one lookup.
  */
-import type { AppContext } from '../context.js';
 import type { GrantStore, RevokedTokenStore } from '../store/types.js';
 import { grantIdOfJti } from './claims.js';
 
@@ -19,16 +18,28 @@ export interface AccessTokenClaims {
  * token belongs to the grant of the person's own client (so revoking that grant ends it too); its caller must still
  * be configured for token exchange, and its own jti may be revoked alone (its caller holds no grant to revoke).
  */
-export async function accessTokenStands(ctx: AppContext, store: GrantStore & RevokedTokenStore, { jti, clientId, exchanged = false }: AccessTokenClaims): Promise<boolean> {
-  if (!ctx.clients.isKnownClient(clientId)) return false;
-  const now = ctx.now();
+export interface AccessTokenStateSources {
+  readonly store: GrantStore & RevokedTokenStore;
+  readonly now: () => number;
+  /** Whether a client_id still names a client (configured, registered or by document). */
+  readonly isKnownClient: (clientId: string) => boolean;
+  /** Whether a grant's subject is still a user, or comes from a configured upstream (DESIGN.md §6). */
+  readonly isKnownSubject: (subject: string) => boolean;
+  /** Whether a configured client still has a token_exchange block (DESIGN.md §12). */
+  readonly mayExchange: (clientId: string) => boolean;
+}
+
+export async function accessTokenStands(sources: AccessTokenStateSources, { jti, clientId, exchanged = false }: AccessTokenClaims): Promise<boolean> {
+  const { store, isKnownClient, isKnownSubject } = sources;
+  if (!isKnownClient(clientId)) return false;
+  const now = sources.now();
   const grantId = grantIdOfJti(jti);
   if (grantId === undefined) return !(await store.isAccessTokenRevoked(jti, now));
   if (!exchanged) {
     const grant = await store.findGrant(grantId, now);
-    return grant !== undefined && grant.clientId === clientId && ctx.isKnownSubject(grant.subject);
+    return grant !== undefined && grant.clientId === clientId && isKnownSubject(grant.subject);
   }
-  if (ctx.config.clients.get(clientId)?.tokenExchange === undefined) return false;
+  if (!sources.mayExchange(clientId)) return false;
   const [grant, revoked] = await Promise.all([store.findGrant(grantId, now), store.isAccessTokenRevoked(jti, now)]);
-  return grant !== undefined && !revoked && ctx.clients.isKnownClient(grant.clientId) && ctx.isKnownSubject(grant.subject);
+  return grant !== undefined && !revoked && isKnownClient(grant.clientId) && isKnownSubject(grant.subject);
 }

@@ -1,6 +1,6 @@
 /** Building the token response (RFC 6749 §5.1, DESIGN.md §4) once a grant handler has decided. */
 import type { ClientRecord } from '../config/types.js';
-import type { AppContext } from '../context.js';
+import type { SigningKeys } from '../crypto/keys.js';
 import type { ActClaim } from '../policy/act-chain.js';
 import type { Audience } from '../policy/resource.js';
 import type { SubjectClaims } from '../store/types.js';
@@ -43,10 +43,19 @@ export interface IssueInput {
   readonly exchange?: { readonly act: ActClaim; readonly notAfter: number; readonly issuedTokenType: string };
 }
 
-export async function issueTokens(ctx: AppContext, input: IssueInput, now: number): Promise<Issued> {
-  const lifetimeSeconds = Math.floor(ctx.config.accessTokenLifetimeMs / 1000);
+/** What signing a token response needs: the issuer, the access-token lifetime, and the keys in use now. */
+export interface TokenSigner {
+  readonly issuer: string;
+  readonly accessTokenLifetimeMs: number;
+  /** Read on every use: a KeyRing swaps the keys when they are rotated or retired. */
+  readonly keys: () => SigningKeys;
+}
+
+export async function issueTokens(signer: TokenSigner, input: IssueInput, now: number): Promise<Issued> {
+  const keys = signer.keys();
+  const lifetimeSeconds = Math.floor(signer.accessTokenLifetimeMs / 1000);
   const claims = accessTokenClaims({
-    issuer: ctx.issuer,
+    issuer: signer.issuer,
     subject: input.subject,
     clientId: input.client.clientId,
     audience: input.audience,
@@ -57,7 +66,7 @@ export async function issueTokens(ctx: AppContext, input: IssueInput, now: numbe
     act: input.exchange?.act,
     notAfter: input.exchange?.notAfter,
   }, now);
-  const accessToken = await signJwt(ctx.keys.accessToken, 'at+jwt', claims);
+  const accessToken = await signJwt(keys.accessToken, 'at+jwt', claims);
   const response: { -readonly [K in keyof TokenResponse]: TokenResponse[K] } = {
     access_token: accessToken,
     token_type: 'Bearer',
@@ -69,12 +78,12 @@ export async function issueTokens(ctx: AppContext, input: IssueInput, now: numbe
   if (input.refreshToken !== undefined) response.refresh_token = input.refreshToken;
   if (input.idToken !== undefined && input.scope.includes('openid')) {
     // DESIGN.md §3: a client chooses its ID token algorithm; ES256 uses the access-token key.
-    const idTokenKey = input.client.idTokenSigningAlg === 'ES256' ? ctx.keys.accessToken : ctx.keys.idToken;
+    const idTokenKey = input.client.idTokenSigningAlg === 'ES256' ? keys.accessToken : keys.idToken;
     response.id_token = await signJwt(
       idTokenKey,
       'JWT',
       idTokenClaims({
-        issuer: ctx.issuer,
+        issuer: signer.issuer,
         subject: input.subject,
         clientId: input.client.clientId,
         scope: input.scope,

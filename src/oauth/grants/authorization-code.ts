@@ -46,7 +46,7 @@ export function authorizationCodeGrant(ctx: AppContext, store: AuthorizationCode
         throw badCode();
       }
       return issueTokens(
-        ctx,
+        ctx.signer,
         {
           client,
           grantId: grant.id,

@@ -22,7 +22,7 @@ export function clientCredentialsGrant(ctx: AppContext): GrantHandler<ValidClien
 
     async respond({ client, now }, { scope, audience }) {
       // RFC 9068 §2.2: with no person, the subject is the client itself.
-      return issueTokens(ctx, { client, subject: client.clientId, audience, scope }, now);
+      return issueTokens(ctx.signer, { client, subject: client.clientId, audience, scope }, now);
     },
   };
 }

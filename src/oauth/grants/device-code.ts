@@ -65,7 +65,7 @@ export function deviceCodeGrant(ctx: AppContext, store: DeviceCodeStore): GrantH
       // RFC 8628 §3.5 + DESIGN.md §6: one atomic redemption; a second (or parallel) one gets invalid_grant.
       if (!(await store.redeemDeviceCode(record.deviceCodeDigest, grant, refresh?.record, now))) throw badDeviceCode();
       return issueTokens(
-        ctx,
+        ctx.signer,
         {
           client,
           grantId,

@@ -65,7 +65,7 @@ export function refreshTokenGrant(ctx: AppContext, store: RefreshTokenStore & Gr
         throw badRefreshToken();
       }
       if (rotate === undefined) request.log.info({ client_id: client.clientId, grant_id: grant.id }, 'rotated refresh token presented again within the reuse grace');
-      return issueTokens(ctx, { client, grantId: grant.id, subject: grant.subject, audience, scope, authTime: grant.authTime, refreshToken: next.value }, now);
+      return issueTokens(ctx.signer, { client, grantId: grant.id, subject: grant.subject, audience, scope, authTime: grant.authTime, refreshToken: next.value }, now);
     },
   };
 }

@@ -64,7 +64,7 @@ export function tokenExchangeGrant(ctx: AppContext, store: GrantStore & RevokedT
       const jti = typeof claims?.jti === 'string' ? claims.jti : undefined;
       const subject = checkSubjectToken({ client, issuer: ctx.issuer, claims, grantId: jti === undefined ? undefined : grantIdOfJti(jti) });
       if (!subject.ok) return subject;
-      const grantStands = await accessTokenStands(ctx, store, { jti: subject.value.jti, clientId: subject.value.clientId, exchanged: subject.value.act !== undefined });
+      const grantStands = await accessTokenStands(ctx.tokenState, { jti: subject.value.jti, clientId: subject.value.clientId, exchanged: subject.value.act !== undefined });
       const decision = decideTokenExchange({ client, request: request.value, subject: subject.value, grantStands });
       if (!decision.ok) return decision;
       return { ok: true, value: { ...decision.value, subject: subject.value } };
@@ -72,7 +72,7 @@ export function tokenExchangeGrant(ctx: AppContext, store: GrantStore & RevokedT
 
     async respond({ client, now }, { subject, audience, scope, act }) {
       const issued = await issueTokens(
-        ctx,
+        ctx.signer,
         {
           client,
           grantId: subject.grantId,
