@@ -327,10 +327,7 @@ export function evaluateTargets(rows: readonly Row[], scaleRows: readonly Row[],
     const peer = find(rows, caseName, other);
     return pinpoint === undefined || peer === undefined ? Number.NaN : pinpoint.rate / peer.rate;
   };
-  for (const caseName of ['refresh_token+resource', 'authorization_code+resource', 'client_credentials', 'introspection'] as const) {
-    const value = ratio(caseName, PEER);
-    targets.push({ name: `${caseName} >= 2.0x oidc-provider`, met: value >= 2, detail: `${fixed(value, 2)}x at c=16` });
-  }
+  // The ratios to oidc-provider are figures, not targets (the issue "Every core, steady latency" holds Pinpoint to the floor and to v0.2.0).
   const floor = ratio('client_credentials', FLOOR);
   targets.push({ name: `client_credentials >= ${FLOOR_TARGET}x fastify+jose`, met: floor >= FLOOR_TARGET, detail: `${fixed(floor, 2)}x at c=16` });
   const pinpointRows = [...rows, ...scaleRows].filter((row) => row.connections === 16 && (row.server === PINPOINT || row.caseName === 'scale'));

@@ -4,7 +4,7 @@
  * autocannon driver in its own process pinned to core 1. Within a case the servers' measured segments are
  * interleaved (A B C C B A ...) so the machine's drift hits them alike; the ratios, not the absolute figures, are the result.
  *
- *   npm run bench                     full run (about 12 minutes), writes bench/RESULTS.md
+ *   npm run bench                     full run (about 15 minutes), adds its section at the top of bench/RESULTS.md
  *   npm run bench -- --smoke          every case for 1 s, small scale seed, no thresholds (CI)
  *   npm run bench -- --profile CASE   Pinpoint (SQLite) under CASE at c=16 with the V8 profiler, then the hottest functions
  *                                     (--target oidc-provider|pinpoint-memory|pinpoint-postgres to profile another; --perf adds Linux perf,
@@ -903,7 +903,7 @@ async function main(): Promise<number> {
   const targets = smoke || scaled === undefined ? undefined : [...evaluateTargets(rows, scaled.rows, scaled.scale), ...issueTargets(release, storm)];
   if (targets !== undefined) {
     log('');
-    log('targets (same run; Pinpoint on SQLite against oidc-provider in memory, the fastify+jose floor and v0.2.0; the storm on `pinpoint serve`):');
+    log('targets (same run; Pinpoint on SQLite against the fastify+jose floor and v0.2.0; the storm on `pinpoint serve`):');
     for (const target of targets) log(`  ${target.met ? 'met    ' : 'NOT MET'}  ${target.name}: ${target.detail}`);
   }
   log(`\nbench: ${((Date.now() - started) / 1000).toFixed(0)} s`);
