@@ -188,7 +188,8 @@ export function workersLine(result: WorkersResult): string {
   const prefix = 'scale workers 2';
   if ('unavailable' in result) return `${prefix}: not available in this build (${result.unavailable})`;
   if ('failed' in result) return `${prefix}: failed (${result.failed})`;
-  return ratioLine(prefix, find(result.rows, 'workers', '2 workers'), find(result.rows, 'workers', '1 worker'));
+  const [one, two] = result.processes;
+  return `${ratioLine(prefix, find(result.rows, 'workers', '2 workers'), find(result.rows, 'workers', '1 worker'))} (processes: ${two} with --workers 2, ${one} with --workers 1)`;
 }
 
 const ms = (value: number): string => (Number.isFinite(value) ? value.toFixed(1) : '-');
