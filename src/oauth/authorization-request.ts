@@ -3,7 +3,7 @@ import type { ClientRecord } from '../config/types.js';
 import { OAuthError } from '../policy/oauth-error.js';
 import { all, checkLimits, repeatedParameter, single, type Params } from '../http/params.js';
 import { decideAuthorizeResources } from '../policy/resource.js';
-import { redirectUriMatches, type LoopbackPorts } from '../policy/redirect-uri.js';
+import { isUsableRedirectUri, redirectUriMatches, type LoopbackPorts } from '../policy/redirect-uri.js';
 import { decideRequestedScope, parseScope } from '../policy/scope.js';
 import type { ClientResolution } from '../http/clients.js';
 import { bounded } from '../log.js';
@@ -43,6 +43,10 @@ export function validateAuthorizationRequest(
   const client = resolution.client;
   const redirectUri = single(params, 'redirect_uri');
   if (redirectUri === undefined) return { ok: false, page: new OAuthError('invalid_request', 'redirect_uri is required') };
+  // DESIGN.md §7: a URI no browser can be sent to is the error page, never a redirect that fails.
+  if (!isUsableRedirectUri(redirectUri)) {
+    return { ok: false, page: new OAuthError('invalid_request', 'redirect_uri is not a valid URI (a port must be 1 to 65535)') };
+  }
   if (!redirectUriMatches(client.redirectUris, redirectUri, loopbackPortsOf(client))) {
     return { ok: false, page: new OAuthError('invalid_request', 'redirect_uri is not registered for this client') };
   }
