@@ -2,9 +2,10 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import type { AppContext } from '../context.js';
+import type { UserRecord } from '../config/types.js';
 import { digestOf } from '../crypto/digest.js';
 import { PasswordCheckUnavailableError, PasswordPool } from '../crypto/password-pool.js';
-import { countFailure, tooManyFailures } from '../http/failure-limit.js';
+import { takeAddressSlot } from '../http/failure-limit.js';
 import { csrfToken, csrfValid } from '../session/csrf.js';
 import { expiredSignIn, isLoginId } from '../session/login-request.js';
 import { formTargetOf, html, sendPage } from '../http/pages.js';
@@ -117,35 +118,43 @@ export function loginRoutes(ctx: AppContext, store: SignInStores): FastifyPlugin
         return showForm(request, reply, 400, { loginId, pending, username, message: 'The form expired. Please sign in again.' });
       }
       const address = request.ip;
-      const limited = tooManyFailures(ctx.failures, ctx.limits, address, undefined, ctx.now());
-      if (limited !== undefined) {
+      // DESIGN.md §7: the address's failure is counted before the password is checked, and given back when it is right.
+      const slot = takeAddressSlot(ctx.failures, ctx.limits, address, ctx.now());
+      if (!slot.ok) {
         request.outcome = 'too_many_attempts';
-        reply.header('Retry-After', limited.headers['Retry-After'] ?? '60');
+        reply.header('Retry-After', slot.error.headers['Retry-After'] ?? '60');
         return showForm(request, reply, 429, { loginId, pending, username, message: 'Too many failed requests from your network. Try again later.' });
       }
-      const admission = await admit(username, address);
-      if (admission.refused) {
-        request.outcome = 'too_many_attempts';
-        reply.header('Retry-After', String(Math.ceil(ctx.limits.loginWindowMs / 1000)));
-        return showForm(request, reply, 429, { loginId, pending, username, message: 'Too many sign-in attempts. Try again later.' });
-      }
-      if (admission.delayMs > 0) await sleep(admission.delayMs);
-      const user = ctx.config.users.get(username);
-      let valid: boolean;
+      let failed = false;
+      let user: UserRecord | undefined;
       try {
-        // An unknown user costs the same check, so timing does not tell which usernames exist.
-        valid = await passwords.verify(password.slice(0, 1024), user?.passwordHash);
-      } catch (error) {
-        if (!(error instanceof PasswordCheckUnavailableError)) throw error;
-        // Not checked, so not counted against the user (DESIGN.md §11: 503 with Retry-After).
-        await store.forgiveAttempt(userAtAddress(username, address), ctx.now());
-        request.outcome = 'temporarily_unavailable';
-        reply.header('Retry-After', String(error.retryAfterSeconds));
-        return showForm(request, reply, 503, { loginId, pending, username, message: 'Too many sign-ins at once. Try again in a few seconds.' });
+        const admission = await admit(username, address);
+        if (admission.refused) {
+          request.outcome = 'too_many_attempts';
+          reply.header('Retry-After', String(Math.ceil(ctx.limits.loginWindowMs / 1000)));
+          return showForm(request, reply, 429, { loginId, pending, username, message: 'Too many sign-in attempts. Try again later.' });
+        }
+        if (admission.delayMs > 0) await sleep(admission.delayMs);
+        user = ctx.config.users.get(username);
+        let valid: boolean;
+        try {
+          // An unknown user costs the same check, so timing does not tell which usernames exist.
+          valid = await passwords.verify(password.slice(0, 1024), user?.passwordHash);
+        } catch (error) {
+          if (!(error instanceof PasswordCheckUnavailableError)) throw error;
+          // Not checked, so not counted against the user (DESIGN.md §11: 503 with Retry-After).
+          await store.forgiveAttempt(userAtAddress(username, address), ctx.now());
+          request.outcome = 'temporarily_unavailable';
+          reply.header('Retry-After', String(error.retryAfterSeconds));
+          return showForm(request, reply, 503, { loginId, pending, username, message: 'Too many sign-ins at once. Try again in a few seconds.' });
+        }
+        failed = user === undefined || !valid;
+      } finally {
+        // Only a wrong password keeps the slot: a 429, a 503 or an error (counted by the error handler) is no failure of its own.
+        if (!failed) slot.release();
       }
-      if (user === undefined || !valid) {
+      if (user === undefined || failed) {
         await store.countAttempt(userAnywhere(username), ctx.now(), ctx.limits.loginWindowMs);
-        countFailure(ctx.failures, address, undefined, 401, ctx.now());
         request.outcome = 'wrong_credentials';
         request.log.info({ audit: true, event: 'sign_in', outcome: 'failure', user: bounded(username), method: 'password', address }, 'sign-in failed');
         return showForm(request, reply, 401, { loginId, pending, username, message: 'Wrong username or password.' });
