@@ -1,5 +1,6 @@
 /** What every route needs, built once at start and passed down (no globals). State is passed separately, narrowed per route. */
 import type { Config } from './config/types.js';
+import { VerifiedAccessTokens } from './crypto/jwt.js';
 import { KEY_TIMING, type KeyRing, type SigningKeys } from './crypto/keys.js';
 import { DEFAULT_PASSWORD_WAIT_MS, WAITING_PER_SLOT } from './crypto/password-pool.js';
 import type { ClientDirectory } from './clients/directory.js';
@@ -48,6 +49,9 @@ export const DEFAULT_LIMITS: AppLimits = {
   passwordChecksWaiting: WAITING_PER_SLOT * 2,
 };
 
+/** Verified access tokens remembered: about 1 KiB each, so at most about 10 MB. */
+const REMEMBERED_TOKENS = 10_000;
+
 export interface AppContext {
   readonly config: Config;
   /** The keys in use now (a KeyRing swaps them when keys are rotated or retired). */
@@ -67,6 +71,8 @@ export interface AppContext {
   readonly metrics: Metrics;
   /** Whether a grant's or session's subject is still a user, or comes from a configured upstream (DESIGN.md §6). */
   readonly isKnownSubject: (subject: string) => boolean;
+  /** Access tokens jose has verified, remembered for repeated introspection and exchange (crypto/jwt.ts). */
+  readonly verifiedAccessTokens: VerifiedAccessTokens;
   /** Signs token responses with the keys in use now. */
   readonly signer: TokenSigner;
   /** What the one check of a presented access token's state reads (tokens/access-token-state.ts). */
@@ -107,6 +113,7 @@ export function makeContext(
     sessionLifetimeMs: 12 * 3600_000,
     metrics: options.metrics ?? createMetrics({ processMetrics: false }),
     isKnownSubject: isKnown,
+    verifiedAccessTokens: new VerifiedAccessTokens(REMEMBERED_TOKENS),
     signer: { issuer: config.baseUrl, accessTokenLifetimeMs: config.accessTokenLifetimeMs, keys: keysNow },
     tokenState: {
       store,

@@ -8,7 +8,6 @@
 import type { FastifyPluginAsync } from 'fastify';
 import type { JWTPayload } from 'jose';
 import type { AppContext } from '../context.js';
-import { VerifiedAccessTokens } from '../crypto/jwt.js';
 import { refreshTokenKey } from '../crypto/refresh-token.js';
 import { single } from '../http/params.js';
 import { invalidRequest } from '../policy/oauth-error.js';
@@ -23,14 +22,11 @@ export type IntrospectionStores = GrantStore & RefreshTokenStore & RevokedTokenS
 
 const INACTIVE = Object.freeze({ active: false });
 
-/** Verified access tokens remembered for repeated introspection: about 1 KiB each, so at most about 10 MB. */
-const REMEMBERED_TOKENS = 10_000;
-
 /** A compact JWS has two dots; our refresh tokens have one. */
 const looksLikeJwt = (token: string): boolean => token.split('.').length === 3;
 
 export function introspectionRoutes(ctx: AppContext, store: IntrospectionStores): FastifyPluginAsync {
-  const verified = new VerifiedAccessTokens(REMEMBERED_TOKENS);
+  const verified = ctx.verifiedAccessTokens;
 
   async function accessToken(caller: IntrospectionCaller, token: string): Promise<Record<string, unknown>> {
     let payload: JWTPayload;
