@@ -36,7 +36,7 @@ export async function serve(config: Config, warnings: readonly string[]): Promis
   const metrics = createMetrics({ processMetrics: true });
   // DESIGN.md §9: client ID metadata documents are fetched only when dynamic_clients turns them on.
   const dynamic = config.dynamicClients;
-  const documents = dynamic?.metadataDocuments === true ? new MetadataDocuments({ allowPrivateAddresses: dynamic.allowPrivateAddresses }) : undefined;
+  const documents = dynamic?.metadataDocuments === true ? new MetadataDocuments({ allowPrivateAddresses: dynamic.allowPrivateAddresses, log: logger }) : undefined;
   const { app } = await buildApp({ config, store, keys, logger, https, metrics, ...(documents !== undefined && { documents }) });
   // DESIGN.md §4: /metrics lives on its own listener, never on the public one.
   const metricsServer = config.metrics === undefined ? undefined : await serveMetrics(metrics, config.metrics.listen);

@@ -5,6 +5,7 @@
 import { z } from 'zod';
 import type { Agent } from 'undici';
 import { dynamicRedirectUriProblem } from '../policy/redirect-uri.js';
+import { bounded } from '../log.js';
 import { FetchRefused, getSmall, publicAgent, type PublicAgentOptions } from './safe-fetch.js';
 
 /** A document that passed every rule; only the fields the server uses are kept (logo_uri is data, never fetched). */
@@ -27,7 +28,14 @@ export type DocumentResolution =
 /** A document's verdict without the network: either the document or why it is not acceptable. */
 export type DocumentCheck = { readonly ok: true; readonly document: MetadataDocument } | { readonly ok: false; readonly reason: string };
 
-export interface MetadataDocumentsOptions extends Pick<PublicAgentOptions, 'allowPrivateAddresses' | 'ca'> {
+/** Where a failed fetch's detail goes (a pino logger): the page says less, so it names no internal address (DESIGN.md §7). */
+export interface FetchFailureLog {
+  warn(fields: Record<string, unknown>, message: string): void;
+}
+
+export interface MetadataDocumentsOptions extends Pick<PublicAgentOptions, 'allowPrivateAddresses' | 'ca' | 'lookup'> {
+  /** Gets the address or error code behind each failed fetch; default: nowhere. */
+  readonly log?: FetchFailureLog;
   /** Milliseconds since the epoch; cache expiry reads only this. Default Date.now. */
   readonly now?: () => number;
   /** Milliseconds for a whole fetch; default 5000 (DESIGN.md §9). */
@@ -133,6 +141,7 @@ export class MetadataDocuments {
   readonly #now: () => number;
   readonly #timeoutMs: number;
   readonly #maxEntries: number;
+  readonly #log: FetchFailureLog | undefined;
   /** In insertion order, so the first key is the oldest. */
   readonly #remembered = new Map<string, Remembered>();
   readonly #inFlight = new Map<string, Promise<DocumentCheck>>();
@@ -141,10 +150,12 @@ export class MetadataDocuments {
     this.#now = options.now ?? Date.now;
     this.#timeoutMs = options.timeoutMs ?? TIMEOUT_MS;
     this.#maxEntries = options.maxEntries ?? MAX_ENTRIES;
+    this.#log = options.log;
     this.#agent = publicAgent({
       connectTimeoutMs: this.#timeoutMs,
       ...(options.allowPrivateAddresses !== undefined && { allowPrivateAddresses: options.allowPrivateAddresses }),
       ...(options.ca !== undefined && { ca: options.ca }),
+      ...(options.lookup !== undefined && { lookup: options.lookup }),
     });
   }
 
@@ -190,6 +201,9 @@ export class MetadataDocuments {
     } catch (error) {
       const reason = error instanceof FetchRefused ? error.message : 'an unexpected error';
       check = { ok: false, reason: `the client's metadata document could not be fetched: ${reason}` };
+      const detail = error instanceof FetchRefused ? (error.detail ?? error.message) : error instanceof Error ? error.message : String(error);
+      const refusal = error instanceof FetchRefused ? error.code : 'error';
+      this.#log?.warn({ event: 'metadata_document_fetch', client_id: bounded(url), refusal, detail: bounded(detail) }, 'a client metadata document could not be fetched');
     }
     // A failure is kept whatever the answer said, so a bad URL cannot make the server fetch in a loop.
     if (keepMs > 0) this.#remember(url, { check, expiresAt: this.#now() + keepMs });
