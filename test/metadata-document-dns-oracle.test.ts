@@ -13,8 +13,8 @@ import { after, before, describe, test } from 'node:test';
 import pino from 'pino';
 import type { FastifyInstance } from 'fastify';
 import { buildApp } from '../src/app.js';
-import { loadSigningKeys } from '../src/crypto/keys.js';
-import { MetadataDocuments } from '../src/http/metadata-document.js';
+import { loadSigningKeys } from './helpers/keys.js';
+import { MetadataDocuments } from '../src/clients/metadata-document.js';
 import { MemoryStore } from '../src/store/memory.js';
 import { authorizeUrl, pkce, testConfig } from './helpers/app.js';
 
