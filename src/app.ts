@@ -10,6 +10,7 @@ import { corsHook } from './http/cors.js';
 import { ClientDirectory, type DocumentResolver } from './http/clients.js';
 import { createMetrics, measuredStore, requestRecorder, type Metrics } from './http/metrics.js';
 import { proxyTrust, REQUEST_ID_SHAPE } from './http/proxies.js';
+import type { LimiterLink } from './http/shared-limiter.js';
 import { countFailure } from './http/failure-limit.js';
 import { LIMITS, parseParams } from './http/params.js';
 import { sendErrorPage, sendJsonError, toOAuthError } from './http/render-error.js';
@@ -59,13 +60,15 @@ export interface BuildAppOptions {
   readonly metrics?: Metrics;
   /** Fetches client ID metadata documents (DESIGN.md §9); none: such client_ids are unknown. */
   readonly documents?: DocumentResolver;
+  /** Where limiter counts are shared with the other workers (DESIGN.md §11); none: this process's alone. */
+  readonly limiterLink?: LimiterLink;
 }
 
 export async function buildApp(options: BuildAppOptions): Promise<{ app: FastifyInstance; ctx: AppContext }> {
   const metrics = options.metrics ?? createMetrics({ processMetrics: false });
   const store = measuredStore(options.store, metrics);
   const clients = new ClientDirectory(options.config, store, options.documents);
-  const ctx = makeContext(options.config, options.keys, clients, { now: options.now, limits: options.limits, metrics });
+  const ctx = makeContext(options.config, options.keys, clients, { now: options.now, limits: options.limits, metrics, limiterLink: options.limiterLink });
   const logger = options.logger ?? createLogger('silent');
   const trusted = proxyTrust(options.config.trustedProxies);
   const app = Fastify({
@@ -81,7 +84,9 @@ export async function buildApp(options: BuildAppOptions): Promise<{ app: Fastify
       return typeof forwarded === 'string' && REQUEST_ID_SHAPE.test(forwarded) && trusted(raw.socket.remoteAddress) ? forwarded : randomUUID();
     },
     requestIdHeader: false,
-    return503OnClosing: true,
+    // A closing server answers what already reached it (DESIGN.md §11: a draining worker refuses no request); new
+    // connections go to the other workers, and each answer closes its connection.
+    return503OnClosing: false,
     clientErrorHandler: clientErrorHandler(options.config.basePath, logger),
     ...(options.https ? { https: options.https } : {}),
   }) as unknown as FastifyInstance;

@@ -5,6 +5,7 @@ import type { ClientDirectory } from './http/clients.js';
 import { cookieSettingsFor, type CookieSettings } from './http/cookies.js';
 import { createMetrics, type Metrics } from './http/metrics.js';
 import { FixedWindowLimiter } from './http/rate-limit.js';
+import { sharedLimiter, type LimiterLink } from './http/shared-limiter.js';
 import { isKnownSubject } from './policy/subjects.js';
 
 /** Every limit of DESIGN.md §4, set by the `limits` block (§3); the defaults are the contract's. */
@@ -60,7 +61,7 @@ export function makeContext(
   config: Config,
   keys: SigningKeys | KeyRing,
   clients: ClientDirectory,
-  options: { now?: () => number; limits?: Partial<AppLimits>; metrics?: Metrics } = {},
+  options: { now?: () => number; limits?: Partial<AppLimits>; metrics?: Metrics; limiterLink?: LimiterLink } = {},
 ): AppContext {
   // The config's `limits` block, then what a test asks for (windows, small numbers).
   const limits: AppLimits = { ...DEFAULT_LIMITS, ...config.limits, ...options.limits };
@@ -78,7 +79,7 @@ export function makeContext(
     issuer: config.baseUrl,
     now: options.now ?? Date.now,
     limits,
-    failures: new FixedWindowLimiter(limits.failureWindowMs),
+    failures: shareable('failures', new FixedWindowLimiter(limits.failureWindowMs), limits.failureWindowMs, options.limiterLink),
     cookies: cookieSettingsFor(config.baseUrl, config.basePath),
     clients,
     sessionLifetimeMs: 12 * 3600_000,
@@ -89,4 +90,9 @@ export function makeContext(
         ? `${config.basePath}/federation/start?login=${loginId}&upstream=${encodeURIComponent(only)}`
         : `${config.basePath}/login?login=${loginId}`,
   };
+}
+
+/** A limiter whose counts hold for every worker (DESIGN.md §11) when there is a link to them; alone, it is itself. */
+function shareable(name: string, limiter: FixedWindowLimiter, windowMs: number, link: LimiterLink | undefined): FixedWindowLimiter {
+  return link === undefined ? limiter : sharedLimiter(name, limiter, link, { readOnly: ['check'], handleLifetimeMs: windowMs });
 }
