@@ -5,7 +5,7 @@ import type { ClientDirectory } from './http/clients.js';
 import { cookieSettingsFor, type CookieSettings } from './http/cookies.js';
 import { createMetrics, type Metrics } from './http/metrics.js';
 import { FixedWindowLimiter } from './http/rate-limit.js';
-import { sharedLimiter, type LimiterLink } from './http/shared-limiter.js';
+import { isLimitedVerdict, sharedLimiter, type LimiterLink } from './http/shared-limiter.js';
 import { isKnownSubject } from './policy/subjects.js';
 
 /** Every limit of DESIGN.md §4, set by the `limits` block (§3); the defaults are the contract's. */
@@ -94,5 +94,5 @@ export function makeContext(
 
 /** A limiter whose counts hold for every worker (DESIGN.md §11) when there is a link to them; alone, it is itself. */
 function shareable(name: string, limiter: FixedWindowLimiter, windowMs: number, link: LimiterLink | undefined): FixedWindowLimiter {
-  return link === undefined ? limiter : sharedLimiter(name, limiter, link, { readOnly: ['check'], handleLifetimeMs: windowMs });
+  return link === undefined ? limiter : sharedLimiter(name, limiter, link, { readOnly: ['check'], changedNothing: isLimitedVerdict, handleLifetimeMs: windowMs });
 }

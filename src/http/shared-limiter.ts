@@ -9,8 +9,8 @@ import type { Worker } from 'node:cluster';
 export interface LimiterMessage {
   readonly pinpoint: 'limiter';
   readonly limiter: string;
-  /** The worker that made the call (its pid). */
-  readonly origin: number;
+  /** The limiter instance that made the call: its worker's pid and a number. */
+  readonly origin: string;
   readonly method: string;
   readonly args: readonly unknown[];
   /** Set when the call returned functions (e.g. a reservation's `release`): later calls of them name it in `of`. */
@@ -33,6 +33,11 @@ export type MethodOf<L> = { [K in keyof L]: L[K] extends (...args: never[]) => u
 export interface ShareOptions<L> {
   /** Methods that only read, and so are not replayed; every other method is. */
   readonly readOnly: readonly MethodOf<L>[];
+  /**
+   * Whether a call's result says it changed nothing (a refused reservation): such a call is not replayed, since the
+   * others, judging it again with counts that may have moved, could count what this worker refused.
+   */
+  readonly changedNothing?: (result: unknown) => boolean;
   /** How long what a call returned may still be acted on (a reservation lives as long as its window). */
   readonly handleLifetimeMs: number;
   /** Returned values remembered at most per limiter, so memory stays bounded whatever the traffic. */
@@ -43,13 +48,15 @@ const DEFAULT_MAX_HANDLES = 100_000;
 
 type AnyFunction = (...args: unknown[]) => unknown;
 
+let instances = 0;
+
 /**
  * `local` with every call except `readOnly` ones applied locally and sent over `link`; calls received over `link`
  * are applied to `local` alone. Functions in a call's result (a reservation's `release`) are shared the same way.
  */
 export function sharedLimiter<L extends object>(name: string, local: L, link: LimiterLink, options: ShareOptions<L>): L {
   const readOnly = new Set<string>(options.readOnly);
-  const origin = process.pid;
+  const origin = `${process.pid}.${instances++}`;
   let nextHandle = 0;
   const send = (message: Omit<LimiterMessage, 'pinpoint' | 'limiter' | 'origin'>): void => link.send({ pinpoint: 'limiter', limiter: name, origin, ...message });
 
@@ -79,6 +86,7 @@ export function sharedLimiter<L extends object>(name: string, local: L, link: Li
         const method = value as AnyFunction;
         call = (...args: unknown[]) => {
           const result = method.apply(target, args);
+          if (options.changedNothing?.(result) === true) return result;
           const functions = isRecord(result) ? Object.keys(result).filter((key) => typeof result[key] === 'function') : [];
           if (functions.length === 0) {
             send({ method: property, args });
@@ -106,6 +114,9 @@ export function sharedLimiter<L extends object>(name: string, local: L, link: Li
 
 const isRecord = (value: unknown): value is Record<string, unknown> => typeof value === 'object' && value !== null;
 
+/** A limiter's verdict that refused (`limited: true`, e.g. FixedWindowLimiter's reservations): nothing was counted. */
+export const isLimitedVerdict = (result: unknown): boolean => isRecord(result) && result.limited === true;
+
 /** Results of other workers' calls, by origin and handle, for the later calls that name them; oldest forgotten first. */
 class RememberedResults {
   readonly #results = new Map<string, { readonly result: Record<string, unknown>; readonly at: number }>();
@@ -115,7 +126,7 @@ class RememberedResults {
     private readonly max: number,
   ) {}
 
-  add(origin: number, handle: number, result: Record<string, unknown>, now: number): void {
+  add(origin: string, handle: number, result: Record<string, unknown>, now: number): void {
     // Insertion order is age order: expired and surplus entries are all at the front.
     for (const [key, entry] of this.#results) {
       if (entry.at + this.lifetimeMs > now && this.#results.size < this.max) break;
@@ -124,7 +135,7 @@ class RememberedResults {
     this.#results.set(`${origin}:${handle}`, { result, at: now });
   }
 
-  get(origin: number, handle: number): Record<string, unknown> | undefined {
+  get(origin: string, handle: number): Record<string, unknown> | undefined {
     return this.#results.get(`${origin}:${handle}`)?.result;
   }
 }
