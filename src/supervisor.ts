@@ -27,6 +27,10 @@ const FIRST_RESTART_DELAY_MS = 100;
 const MAX_RESTART_DELAY_MS = 10_000;
 /** Young deaths in a row after which, with no worker serving, the primary gives up (exit 1). */
 const MAX_YOUNG_DEATHS = 10;
+/** A worker not serving this long after it was forked is stuck (a store that never answers): it is killed, as if it had died. */
+const START_TIMEOUT_MS = 60_000;
+/** A worker asked to stop that still has requests after this long is killed, so no hung request holds a stop or a reload forever. */
+const DRAIN_TIMEOUT_MS = 30_000;
 
 /** When to start a worker in place of one that died: at once after a long life, then doubling while they die young. */
 export class RestartBackoff {
@@ -225,6 +229,10 @@ class Supervisor {
     // Whoever started it waits for readiness; a rejection nobody waits for must not end the process.
     member.readiness.catch(() => undefined);
     this.#members.add(member);
+    const stuck = setTimeout(() => {
+      member.failure = `not serving ${START_TIMEOUT_MS / 1000} s after it started`;
+      worker.process.kill('SIGKILL');
+    }, START_TIMEOUT_MS);
     worker.on('error', () => undefined);
     worker.on('message', (message: unknown) => {
       if (isLimiterMessage(message)) {
@@ -239,6 +247,7 @@ class Supervisor {
           : { pinpoint: 'start', config: prepared.config, slot, ...(prepared.https !== undefined && { https: prepared.https }) };
         worker.send(start, undefined, () => undefined);
       } else if (message.pinpoint === 'ready') {
+        clearTimeout(stuck);
         member.ready = true;
         ready({ state: message.state, keyIds: message.keyIds });
       } else {
@@ -246,6 +255,7 @@ class Supervisor {
       }
     });
     worker.on('exit', (code, signal) => {
+      clearTimeout(stuck);
       member.exitedAt = Date.now();
       this.#members.delete(member);
       if (!member.ready) notReady(new Error(member.failure ?? `a worker exited (${code ?? signal}) before it was serving`));
@@ -313,8 +323,14 @@ class Supervisor {
   }
 
   #retire(member: Member): void {
+    if (member.retiring) return;
     member.retiring = true;
     if (member.worker.isConnected()) member.worker.send({ pinpoint: 'stop' } satisfies PrimaryMessage, undefined, () => undefined);
+    const hung = setTimeout(() => {
+      this.#logger.warn({ worker: member.worker.process.pid }, `a worker still had requests ${DRAIN_TIMEOUT_MS / 1000} s after it was asked to stop; killed`);
+      member.worker.process.kill('SIGKILL');
+    }, DRAIN_TIMEOUT_MS);
+    void member.exited.then(() => clearTimeout(hung));
   }
 
   /** SIGHUP: one reload at a time; a signal during one runs another after it. */
@@ -386,6 +402,10 @@ class Supervisor {
     }
     const next = await prepare(loaded.config, loaded.warnings, this.#options.workers);
     if ('problems' in next) return { problems: next.problems, warnings: loaded.warnings };
+    const warnings =
+      next.config.state.kind === 'memory'
+        ? [...loaded.warnings, 'state is in memory: the new worker starts with new signing keys and none of the grants, codes and sessions the old one held']
+        : loaded.warnings;
 
     // A new metrics address listens before anything else changes, so a busy port refuses the reload as a whole.
     const metricsListen = next.config.metrics === undefined ? undefined : formatListen(next.config.metrics.listen);
@@ -394,7 +414,7 @@ class Supervisor {
       try {
         newMetrics = await this.#openMetrics(next.config.metrics.listen);
       } catch (error) {
-        return { problems: [`metrics.listen ${metricsListen}: ${(error as Error).message}`], warnings: loaded.warnings };
+        return { problems: [`metrics.listen ${metricsListen}: ${(error as Error).message}`], warnings };
       }
     }
 
@@ -410,7 +430,7 @@ class Supervisor {
       if (failure !== undefined && !taken) {
         // Nothing has changed yet: the old workers and metrics listener stay as they were.
         await closeServer(newMetrics);
-        return { problems: [`a worker could not start with this configuration: ${failure}`], warnings: loaded.warnings };
+        return { problems: [`a worker could not start with this configuration: ${failure}`], warnings };
       }
       if (failure !== undefined) {
         problems.push(`worker ${slot} could not start with the new configuration (${failure}); it keeps the old one`);
@@ -437,7 +457,7 @@ class Supervisor {
     const surplus = this.#slots.splice(next.count);
     for (const member of surplus) if (member !== undefined) this.#retire(member);
     await Promise.all(surplus.map((member) => member?.exited));
-    return { problems, warnings: loaded.warnings };
+    return { problems, warnings };
   }
 
   /** The new config is the current one: restarts use it, and the primary logs at its level. */

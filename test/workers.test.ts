@@ -423,6 +423,10 @@ describe('workers and the state they need', () => {
     assert.equal(checked.code, 0, checked.stdout);
     assert.equal(JSON.parse(checked.stdout).workers, 'auto');
     const text = await cli(['check', '--config', configFile]);
-    assert.match(text.stdout, /^workers +auto: \d+ worker process/m);
+    assert.match(text.stdout, /^workers +auto: \d+ workers? beside the supervising primary here/m);
+    await writeFile(configFile, `${(await readFile(configFile, 'utf8')).replace('workers = "auto"', 'workers = 0')}`);
+    const zero = await cli(['check', '--config', configFile]);
+    assert.equal(zero.code, 1);
+    assert.match(zero.stdout, /workers is 0; use a whole number from 1 to 64, or "auto"/);
   });
 });

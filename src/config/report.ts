@@ -256,8 +256,9 @@ function describeLimits(limits: LimitsConfig): string {
 }
 
 function describeWorkers(workers: number | 'auto'): string {
-  const processes = (count: number): string => `${plural(count, 'worker process')} beside the supervising one`;
-  return workers === 'auto' ? `auto: ${processes(workerCount('auto'))} here (the CPUs this process may use)` : processes(workers);
+  const count = workerCount(workers);
+  const processes = `${plural(count, 'worker')} beside the supervising primary`;
+  return workers === 'auto' ? `auto: ${processes} here (the CPUs this process may use)` : processes;
 }
 
 function describeRegistration(registration: DynamicClientsConfig['registration']): string {
