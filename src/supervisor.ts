@@ -83,7 +83,6 @@ interface Prepared {
 interface Member {
   readonly worker: Worker;
   readonly slot: number;
-  readonly prepared: Prepared;
   readonly startedAt: number;
   ready: boolean;
   /** Asked to stop: its exit is expected. */
@@ -216,7 +215,6 @@ class Supervisor {
     const member: Member = {
       worker,
       slot,
-      prepared,
       startedAt: Date.now(),
       ready: false,
       retiring: false,

@@ -3,10 +3,10 @@
  * shares its limiter counts and metrics with it, and on `stop` (or its own SIGTERM/SIGINT) answers the requests in
  * flight before it exits 0. It never reads the config file itself.
  */
+import type { Logger } from 'pino';
 import { refreeze } from './config/frozen.js';
 import { answerMetricsRequests, createMetrics } from './http/metrics.js';
 import { workerLink } from './http/shared-limiter.js';
-import type { Logger } from 'pino';
 import { createLogger } from './log.js';
 import { startServer, type RunningServer } from './server.js';
 import { isPrimaryMessage, type StartMessage, type WorkerMessage } from './worker-protocol.js';
