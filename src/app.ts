@@ -7,6 +7,7 @@ import type { Config } from './config/types.js';
 import { ClientDirectory, type DocumentResolver } from './clients/directory.js';
 import { createMetrics, type Metrics } from './http/metrics.js';
 import { measuredStore } from './store/measured.js';
+import type { LimiterLink } from './http/shared-limiter.js';
 import { countFailure } from './http/failure-limit.js';
 import { consentRoutes } from './login/consent.js';
 import { devicePageRoutes } from './login/device-page.js';
@@ -38,13 +39,15 @@ export interface BuildAppOptions {
   readonly metrics?: Metrics;
   /** Fetches client ID metadata documents (DESIGN.md §9); none: such client_ids are unknown. */
   readonly documents?: DocumentResolver;
+  /** How this worker's failure limiter reaches the others (DESIGN.md §11); none in a single process. */
+  readonly limiterLink?: LimiterLink;
 }
 
 export async function buildApp(options: BuildAppOptions): Promise<{ app: FastifyInstance; ctx: AppContext }> {
   const metrics = options.metrics ?? createMetrics({ processMetrics: false });
   const store = measuredStore(options.store, metrics.storeOperations);
   const clients = new ClientDirectory(options.config, store, options.documents);
-  const ctx = makeContext(options.config, options.keys, clients, store, { now: options.now, limits: options.limits, metrics });
+  const ctx = makeContext(options.config, options.keys, clients, store, { now: options.now, limits: options.limits, metrics, limiterLink: options.limiterLink });
   const app = await createTransport({
     logger: options.logger ?? createLogger('silent'),
     baseUrl: options.config.baseUrl,

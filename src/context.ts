@@ -7,6 +7,7 @@ import type { ClientDirectory } from './clients/directory.js';
 import { cookieSettingsFor, type CookieSettings } from './http/cookies.js';
 import { createMetrics, type Metrics } from './http/metrics.js';
 import { FixedWindowLimiter } from './http/rate-limit.js';
+import { isLimitedVerdict, sharedLimiter, type LimiterLink } from './http/shared-limiter.js';
 import { isKnownSubject } from './policy/subjects.js';
 import type { GrantStore, RevokedTokenStore } from './store/types.js';
 import type { AccessTokenStateSources } from './tokens/access-token-state.js';
@@ -84,7 +85,7 @@ export function makeContext(
   keys: SigningKeys | KeyRing,
   clients: ClientDirectory,
   store: GrantStore & RevokedTokenStore,
-  options: { now?: () => number; limits?: Partial<AppLimits>; metrics?: Metrics } = {},
+  options: { now?: () => number; limits?: Partial<AppLimits>; metrics?: Metrics; limiterLink?: LimiterLink } = {},
 ): AppContext {
   // The config's `limits` block, then what a test asks for (windows, small numbers).
   const chosen = { ...DEFAULT_LIMITS, ...config.limits, ...options.limits };
@@ -107,7 +108,7 @@ export function makeContext(
     issuer: config.baseUrl,
     now,
     limits,
-    failures: new FixedWindowLimiter(limits.failureWindowMs),
+    failures: shareable('failures', new FixedWindowLimiter(limits.failureWindowMs), limits.failureWindowMs, options.limiterLink),
     cookies: cookieSettingsFor(config.baseUrl, config.basePath),
     clients,
     sessionLifetimeMs: 12 * 3600_000,
@@ -127,4 +128,9 @@ export function makeContext(
         ? `${config.basePath}/federation/start?login=${loginId}&upstream=${encodeURIComponent(only)}`
         : `${config.basePath}/login?login=${loginId}`,
   };
+}
+
+/** A limiter whose counts hold for every worker (DESIGN.md §11) when there is a link to them; alone, it is itself. */
+function shareable(name: string, limiter: FixedWindowLimiter, windowMs: number, link: LimiterLink | undefined): FixedWindowLimiter {
+  return link === undefined ? limiter : sharedLimiter(name, limiter, link, { readOnly: ['check'], changedNothing: isLimitedVerdict, handleLifetimeMs: windowMs });
 }

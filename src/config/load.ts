@@ -29,6 +29,7 @@ import {
 import type { SourceEntry } from './source-index.js';
 import { closestName } from './suggest.js';
 import { formatListen } from './urls.js';
+import { workersWithoutState } from './workers.js';
 import type {
   ClientRecord,
   Config,
@@ -143,6 +144,9 @@ async function buildConfig(body: HclBody, absolute: string, findings: Findings):
   const listen = top.attributes.listen === undefined ? DEFAULT_LISTEN : attributes.listen;
   const metrics = buildMetrics(top.single.metrics, listen, findings);
   const dynamicClients = await buildDynamicClients(top.single.dynamic_clients, findings, inFolder);
+  const workers = attributes.workers ?? 1;
+  const needsState = state?.kind === 'memory' ? workersWithoutState(workers) : undefined;
+  if (needsState !== undefined) findings.problem({ attribute: 'workers', message: `= ${JSON.stringify(workers)} ${needsState}` });
   const resourceServers = await Promise.all(top.labeled.resource_server.map((instance) => buildResourceServer(instance, nameable, findings, inFolder)));
 
   const canSignIn = top.labeled.user.length > 0 || top.labeled.federation.length > 0;
@@ -165,6 +169,7 @@ async function buildConfig(body: HclBody, absolute: string, findings: Findings):
     baseUrl: base.baseUrl,
     basePath: base.basePath,
     listen,
+    workers,
     accessTokenLifetimeMs: attributes.access_token_lifetime ?? DEFAULT_ACCESS_TOKEN_LIFETIME_MS,
     logLevel: attributes.log_level ?? 'info',
     tls,

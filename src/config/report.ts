@@ -2,6 +2,7 @@ import { requestableReason, type UnrequestableReason } from '../policy/requestab
 import { formatDuration } from './duration.js';
 import { formatProblem } from './problems.js';
 import { formatListen } from './urls.js';
+import { workerCount } from './workers.js';
 import type { ClientKind, Config, ConfigProblem, DynamicClientsConfig, LimitsConfig, StateConfig, TlsMode } from './types.js';
 
 /** What `pinpoint check` tells about a config (DESIGN.md §2); holds no secret and no password hash. */
@@ -12,6 +13,8 @@ export interface CheckReport {
   readonly warnings: readonly string[];
   readonly issuer?: string;
   readonly listen?: string;
+  /** As configured: a number, or "auto" (DESIGN.md §11). */
+  readonly workers?: number | 'auto';
   readonly tls?: { readonly mode: TlsMode; readonly certFile?: string; readonly keyFile?: string };
   readonly signIn?: { readonly users: number; readonly federations: readonly FederationFacts[] };
   readonly state?: StateFacts;
@@ -102,6 +105,7 @@ export function describeConfig(config: Config, warnings: readonly string[]): Che
     warnings,
     issuer: config.baseUrl,
     listen: formatListen(config.listen),
+    workers: config.workers ?? 1,
     tls: config.tls,
     signIn: {
       users: config.users.size,
@@ -189,6 +193,7 @@ export function renderReport(report: CheckReport): string {
   const facts: [string, string][] = [
     ['issuer', report.issuer ?? ''],
     ['listen', report.listen ?? ''],
+    ['workers', describeWorkers(report.workers ?? 1)],
     ['tls', describeTls(report)],
     ['sign-in', describeSignIn(report)],
     ['persistence', `${report.state ? describeStateLine(report.state) : ''}${report.stateProbe ? `  probe: ${report.stateProbe.ok ? 'ok' : 'FAILED'}, ${report.stateProbe.detail}` : ''}`],
@@ -252,6 +257,12 @@ function describeLimits(limits: LimitsConfig): string {
   const perMinute = `client_failures ${limits.clientFailures}, address_failures ${limits.addressFailures} per minute`;
   const perWindow = `login_failures ${limits.loginFailures}, login_failures_any ${limits.loginFailuresAny}, user_code_failures ${limits.userCodeFailures} per 15 minutes`;
   return `${perMinute}; ${perWindow}`;
+}
+
+function describeWorkers(workers: number | 'auto'): string {
+  const count = workerCount(workers);
+  const processes = `${plural(count, 'worker')} beside the supervising primary`;
+  return workers === 'auto' ? `auto: ${processes} here (the CPUs this process may use)` : processes;
 }
 
 function describeRegistration(registration: DynamicClientsConfig['registration']): string {

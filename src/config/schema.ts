@@ -5,6 +5,7 @@ import { isAbsoluteUri, requestableReason } from '../policy/requestable.js';
 import { parseDuration } from './duration.js';
 import type { LimitsConfig } from './types.js';
 import { parseBaseUrl, parseIssuerUrl } from './urls.js';
+import { workersAttribute } from './workers.js';
 
 /** One attribute-level complaint from a rule that looks at several attributes of a block. */
 export interface RuleIssue {
@@ -177,6 +178,7 @@ export const topLevelSpec = spec(
     access_token_lifetime: duration('1h').optional(),
     log_level: oneOf(LOG_LEVELS).optional(),
     trusted_proxies: uniqueList(proxyEntry, 'addresses or CIDRs').optional(),
+    workers: workersAttribute.optional(),
   }),
 );
 

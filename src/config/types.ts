@@ -131,6 +131,8 @@ export interface Config {
   /** The path part of base_url ("" or "/auth"); every route is served under it. */
   readonly basePath: string;
   readonly listen: { readonly host: string; readonly port: number };
+  /** Processes serving the listener (DESIGN.md §11); "auto" = the CPUs this process may use; absent (built by hand): 1. */
+  readonly workers?: number | 'auto';
   readonly accessTokenLifetimeMs: number;
   readonly logLevel: 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent';
   readonly tls: TlsConfig;

@@ -80,7 +80,9 @@ function createFastify(options: TransportOptions): FastifyInstance {
       return typeof forwarded === 'string' && REQUEST_ID_SHAPE.test(forwarded) && trusted(raw.socket.remoteAddress) ? forwarded : randomUUID();
     },
     requestIdHeader: false,
-    return503OnClosing: true,
+    // A closing server answers what already reached it (DESIGN.md §11: a draining worker refuses no request); new
+    // connections go to the other workers, and each answer closes its connection.
+    return503OnClosing: false,
     clientErrorHandler: clientErrorHandler(options.basePath, options.logger),
     ...(options.https ? { https: options.https } : {}),
   }) as unknown as FastifyInstance;
