@@ -23,10 +23,6 @@ export class FixedWindowLimiter {
     private readonly maxEntries = MAX_ENTRIES,
   ) {}
 
-  /** How many keys are held now (for tests of the memory bound). */
-  get size(): number {
-    return this.windows.size;
-  }
 
   /** Whether `key` has reached `limit` in its current window, without counting. */
   check(key: string, limit: number, now: number): RateLimitVerdict {
