@@ -70,7 +70,17 @@ export async function buildApp(options: BuildAppOptions): Promise<{ app: Fastify
       await scoped.register(deviceAuthorizationRoutes(ctx, store));
       await scoped.register(devicePageRoutes(ctx, store));
       await scoped.register(federationRoutes(ctx, store));
-      await scoped.register(consentRoutes(ctx, store));
+      await scoped.register(
+        consentRoutes({
+          store,
+          clients: ctx.clients,
+          now: ctx.now,
+          cookies: ctx.cookies,
+          basePath: ctx.config.basePath,
+          issuer: ctx.issuer,
+          isKnownSubject: ctx.isKnownSubject,
+        }),
+      );
       await scoped.register(logoutRoutes(ctx, store));
       await scoped.register(revocationRoutes(ctx, store));
       await scoped.register(introspectionRoutes(ctx, store));
