@@ -68,7 +68,17 @@ export async function buildApp(options: BuildAppOptions): Promise<{ app: Fastify
       await scoped.register(tokenRoutes(ctx, store));
       await scoped.register(userinfoRoutes(ctx, store));
       await scoped.register(deviceAuthorizationRoutes(ctx, store));
-      await scoped.register(devicePageRoutes(ctx, store));
+      await scoped.register(
+        devicePageRoutes({
+          store,
+          now: ctx.now,
+          cookies: ctx.cookies,
+          basePath: ctx.config.basePath,
+          isKnownSubject: ctx.isKnownSubject,
+          signInPage: ctx.signInPage,
+          limits: ctx.limits,
+        }),
+      );
       await scoped.register(federationRoutes(ctx, store));
       await scoped.register(
         consentRoutes({
