@@ -64,7 +64,20 @@ export async function buildApp(options: BuildAppOptions): Promise<{ app: Fastify
       // Each plugin gets the narrow part of the store it uses (its parameter type says which).
       await scoped.register(healthRoutes(store));
       await scoped.register(authorizeRoutes(ctx, store));
-      await scoped.register(loginRoutes(ctx, store));
+      await scoped.register(
+        loginRoutes({
+          store,
+          now: ctx.now,
+          cookies: ctx.cookies,
+          basePath: ctx.config.basePath,
+          users: ctx.config.users,
+          upstreams: [...ctx.config.federations.values()].map((upstream) => upstream.name),
+          failures: ctx.failures,
+          limits: ctx.limits,
+          sessionLifetimeMs: ctx.sessionLifetimeMs,
+          metricsRegistry: ctx.metrics.registry,
+        }),
+      );
       await scoped.register(tokenRoutes(ctx, store));
       await scoped.register(userinfoRoutes(ctx, store));
       await scoped.register(deviceAuthorizationRoutes(ctx, store));
