@@ -92,7 +92,17 @@ export async function buildApp(options: BuildAppOptions): Promise<{ app: Fastify
           limits: ctx.limits,
         }),
       );
-      await scoped.register(federationRoutes(ctx, store));
+      await scoped.register(
+        federationRoutes({
+          store,
+          now: ctx.now,
+          cookies: ctx.cookies,
+          basePath: ctx.config.basePath,
+          issuer: ctx.issuer,
+          federations: ctx.config.federations,
+          sessionLifetimeMs: ctx.sessionLifetimeMs,
+        }),
+      );
       await scoped.register(
         consentRoutes({
           store,
