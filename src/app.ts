@@ -114,7 +114,18 @@ export async function buildApp(options: BuildAppOptions): Promise<{ app: Fastify
           isKnownSubject: ctx.isKnownSubject,
         }),
       );
-      await scoped.register(logoutRoutes(ctx, store));
+      await scoped.register(
+        logoutRoutes({
+          store,
+          clients: ctx.clients,
+          keys: () => ctx.keys,
+          issuer: ctx.issuer,
+          now: ctx.now,
+          cookies: ctx.cookies,
+          basePath: ctx.config.basePath,
+          isKnownSubject: ctx.isKnownSubject,
+        }),
+      );
       await scoped.register(revocationRoutes(ctx, store));
       await scoped.register(introspectionRoutes(ctx, store));
       await scoped.register(registrationRoutes(ctx, store));
