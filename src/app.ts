@@ -67,14 +67,68 @@ export async function buildApp(options: BuildAppOptions): Promise<{ app: Fastify
       // Each plugin gets the narrow part of the store it uses (its parameter type says which).
       await scoped.register(healthRoutes(store));
       await scoped.register(authorizeRoutes(ctx, store));
-      await scoped.register(loginRoutes(ctx, store));
+      await scoped.register(
+        loginRoutes({
+          store,
+          now: ctx.now,
+          cookies: ctx.cookies,
+          basePath: ctx.config.basePath,
+          users: ctx.config.users,
+          upstreams: [...ctx.config.federations.values()].map((upstream) => upstream.name),
+          failures: ctx.failures,
+          limits: ctx.limits,
+          sessionLifetimeMs: ctx.sessionLifetimeMs,
+          metricsRegistry: ctx.metrics.registry,
+        }),
+      );
       await scoped.register(tokenRoutes(ctx, store));
       await scoped.register(userinfoRoutes(ctx, store));
       await scoped.register(deviceAuthorizationRoutes(ctx, store));
-      await scoped.register(devicePageRoutes(ctx, store));
-      await scoped.register(federationRoutes(ctx, store));
-      await scoped.register(consentRoutes(ctx, store));
-      await scoped.register(logoutRoutes(ctx, store));
+      await scoped.register(
+        devicePageRoutes({
+          store,
+          now: ctx.now,
+          cookies: ctx.cookies,
+          basePath: ctx.config.basePath,
+          isKnownSubject: ctx.isKnownSubject,
+          signInPage: ctx.signInPage,
+          limits: ctx.limits,
+        }),
+      );
+      await scoped.register(
+        federationRoutes({
+          store,
+          now: ctx.now,
+          cookies: ctx.cookies,
+          basePath: ctx.config.basePath,
+          issuer: ctx.issuer,
+          federations: ctx.config.federations,
+          sessionLifetimeMs: ctx.sessionLifetimeMs,
+        }),
+      );
+      await scoped.register(
+        consentRoutes({
+          store,
+          clients: ctx.clients,
+          now: ctx.now,
+          cookies: ctx.cookies,
+          basePath: ctx.config.basePath,
+          issuer: ctx.issuer,
+          isKnownSubject: ctx.isKnownSubject,
+        }),
+      );
+      await scoped.register(
+        logoutRoutes({
+          store,
+          clients: ctx.clients,
+          keys: () => ctx.keys,
+          issuer: ctx.issuer,
+          now: ctx.now,
+          cookies: ctx.cookies,
+          basePath: ctx.config.basePath,
+          isKnownSubject: ctx.isKnownSubject,
+        }),
+      );
       await scoped.register(revocationRoutes(ctx, store));
       await scoped.register(introspectionRoutes(ctx, store));
       await scoped.register(registrationRoutes(ctx, store));
