@@ -1,11 +1,18 @@
 /** Child processes of the benchmark: spawned pinned to one core (taskset), spoken to over IPC, measured through /proc. */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { closeSync, openSync, readFileSync } from 'node:fs';
+import { closeSync, openSync, readdirSync, readFileSync } from 'node:fs';
+import { cpus } from 'node:os';
 import type { RpcReply } from './common.js';
 
 /** Core of the servers and core of the load driver (and of this runner). */
 export const SERVER_CORE = 0;
 export const DRIVER_CORE = 1;
+/** Every core of the machine: a child spawned by the runner (pinned itself) would otherwise inherit its one core. */
+export const ALL_CORES = 'all';
+export type Cores = number | typeof ALL_CORES;
+
+/** taskset's list for `cores`. */
+const coreList = (cores: Cores): string => (cores === ALL_CORES ? `0-${cpus().length - 1}` : String(cores));
 
 const CLOCK_TICKS = Number(spawnSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).stdout.trim()) || 100;
 
@@ -13,8 +20,8 @@ export interface SpawnOptions {
   readonly script: string;
   readonly args?: readonly string[];
   readonly env?: Record<string, string>;
-  /** Core to pin to; undefined when taskset is missing. */
-  readonly core: number | undefined;
+  /** Core to pin to, or ALL_CORES; undefined when taskset is missing. */
+  readonly core: Cores | undefined;
   /** Files for stdout and stderr (stderr of the driver is inherited). */
   readonly stdout?: string;
   readonly stderr?: string;
@@ -24,11 +31,15 @@ export interface SpawnOptions {
   readonly imports?: readonly string[];
 }
 
+/** The command and its arguments that run node with `nodeArgs` on `cores` (anywhere when undefined: no taskset). */
+export function nodeOnCores(cores: Cores | undefined, nodeArgs: readonly string[]): [string, string[]] {
+  return cores === undefined ? [process.execPath, [...nodeArgs]] : ['taskset', ['-c', coreList(cores), process.execPath, ...nodeArgs]];
+}
+
 function spawnNode(options: SpawnOptions, ipc: boolean, pipeStdout = false): ChildProcess {
   const imports = (options.imports ?? []).flatMap((module) => ['--import', module]);
   const nodeArgs = [...(options.nodeOptions ?? []), '--import', 'tsx', ...imports, options.script, ...(options.args ?? [])];
-  const [command, argv] =
-    options.core === undefined ? [process.execPath, nodeArgs] : ['taskset', ['-c', String(options.core), process.execPath, ...nodeArgs]];
+  const [command, argv] = nodeOnCores(options.core, nodeArgs);
   const out = pipeStdout ? 'pipe' : options.stdout === undefined ? 'inherit' : openSync(options.stdout, 'a');
   const err = options.stderr === undefined ? 'inherit' : openSync(options.stderr, 'a');
   // taskset execs node in place, so the pid is node's and the IPC channel (fd 3) passes through.
@@ -55,8 +66,15 @@ export async function runScript(options: SpawnOptions): Promise<string> {
   });
 }
 
+/** What the runner needs of a server's process: its pid, its RPC commands (benchmark servers only), and stopping it. */
+export interface ServerProcess {
+  readonly pid: number;
+  call<T>(cmd: string, fields?: Record<string, unknown>): Promise<T>;
+  stop(): Promise<void>;
+}
+
 /** A child that answers RPC requests (common.ts serveRpc) and says `ready` once it listens. */
-export class Peer<Ready extends object = { ready: true }> {
+export class Peer<Ready extends object = { ready: true }> implements ServerProcess {
   readonly name: string;
   readonly child: ChildProcess;
   readonly ready: Promise<Ready>;
@@ -136,7 +154,49 @@ export function residentMemory(pid: number): { rss: number; peak: number } {
 
 /** Pins this process (all its threads) to `core`; false when that failed. */
 export function pinSelf(core: number): boolean {
-  return spawnSync('taskset', ['-a', '-cp', String(core), String(process.pid)], { stdio: 'ignore' }).status === 0;
+  return pinProcess(process.pid, core);
+}
+
+/** Pins process `pid` (all its threads) to `cores`; false when that failed. */
+export function pinProcess(pid: number, cores: Cores): boolean {
+  return spawnSync('taskset', ['-a', '-cp', coreList(cores), String(pid)], { stdio: 'ignore' }).status === 0;
+}
+
+/** `root` and every process descended from it (pinpoint serve's cluster workers), from the parent pids in /proc. */
+export function processTree(root: number): number[] {
+  const children = new Map<number, number[]>();
+  for (const entry of readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    let stat: string;
+    try {
+      stat = readFileSync(`/proc/${entry}/stat`, 'utf8');
+    } catch {
+      continue; // ended meanwhile
+    }
+    // The parent pid is the second field after the parenthesised command name.
+    const parent = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+    children.set(parent, [...(children.get(parent) ?? []), Number(entry)]);
+  }
+  const tree = [root];
+  for (let i = 0; i < tree.length; i += 1) tree.push(...(children.get(tree[i] as number) ?? []));
+  return tree;
+}
+
+/** CPU seconds used so far by each process of the tree rooted at `root`. */
+export function cpuOfTree(root: number): Map<number, number> {
+  const used = new Map<number, number>();
+  for (const pid of processTree(root)) {
+    const seconds = cpuSeconds(pid);
+    if (Number.isFinite(seconds)) used.set(pid, seconds);
+  }
+  return used;
+}
+
+/** Resident set size of the tree rooted at `root` now, summed over its processes, in bytes (NaN once `root` has ended). */
+export function treeResidentMemory(root: number): number {
+  const [first, ...rest] = processTree(root).map((pid) => residentMemory(pid).rss);
+  // A descendant that ended between the listing and the read counts as nothing.
+  return rest.reduce((sum, rss) => sum + (Number.isNaN(rss) ? 0 : rss), first as number);
 }
 
 /**

@@ -4,13 +4,13 @@
  * autocannon driver in its own process pinned to core 1. Within a case the servers' measured segments are
  * interleaved (A B C C B A ...) so the machine's drift hits them alike; the ratios, not the absolute figures, are the result.
  *
- *   npm run bench                     full run (about 12 minutes), writes bench/RESULTS.md
+ *   npm run bench                     full run (about 15 minutes), adds its section at the top of bench/RESULTS.md
  *   npm run bench -- --smoke          every case for 1 s, small scale seed, no thresholds (CI)
  *   npm run bench -- --profile CASE   Pinpoint (SQLite) under CASE at c=16 with the V8 profiler, then the hottest functions
  *                                     (--target oidc-provider|pinpoint-memory|pinpoint-postgres to profile another; --perf adds Linux perf,
  *                                     native code, kernel and every thread included)
  *   npm run bench -- --keep           keep the temp folder (databases, access logs, pools, profiles)
- *   npm run bench -- --only A,B       only these cases (names as in the table, `scale` or `postgres`); no RESULTS.md
+ *   npm run bench -- --only A,B       only these cases (names as in the table, `scale`, `postgres`, `v0.2.0`, `workers` or `storm`); no RESULTS.md
  *   npm run bench -- --connections 16 only this concurrency (default 1,16); no RESULTS.md
  *   npm run bench -- --baseline DIR   A/B: Pinpoint (SQLite) as built now against the build in DIR (another checkout's dist/),
  *                                     interleaved, and no other server; no RESULTS.md
@@ -25,29 +25,69 @@
  * dist/crypto/jwt.js is replaced by bench/legacy-jwt.ts (the previous node:crypto signing) through a resolution hook
  * loaded into that process only (bench/legacy-signing.ts). "scale postgres": refresh on one PostgreSQL database with
  * one instance (core 0) and with two (cores 0 and 1), the driver's 16 connections split 8/8 (bench/postgres.ts).
+ *
+ * Three more parts measure the issue "Every core, steady latency" (DESIGN.md §11):
+ * - "baseline ... v0.2.0": refresh and code exchange at c=16, this build against the release v0.2.0 (634e1de), built
+ *   beside this checkout in .bench-cache/ (bench/release.ts) and run by its own benchmark server, interleaved. "same
+ *   signing" is this build with v0.2.0's node:crypto signing (the "jose cost" substitution), so the ratio compares
+ *   everything but the signature; "own signing" is this build as it is. Skipped in smoke mode (it would build).
+ * - "scale workers 2": client_credentials at c=16 on `pinpoint serve --workers 2` against `--workers 1` (the real CLI,
+ *   SQLite), the servers free to use every core and the driver too; "not available" when this build refuses the flag.
+ * - "storm": `pinpoint serve` (every core) with a real scrypt password hash; token requests at concurrency 8 while 8
+ *   browsers sign in through the password form (bench/storm.ts); the token p99 and the server's peak resident memory,
+ *   summed over its processes (sampled from /proc).
  */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { mkdtemp, readFile, rm, stat, unlink } from 'node:fs/promises';
-import { cpus, tmpdir } from 'node:os';
-import { dirname, join } from 'node:path';
+import { cpus, loadavg, tmpdir } from 'node:os';
+import { dirname, isAbsolute, join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
 import { API, AUDIENCE, SCOPE, startNodeFlags, tasksetAvailable, type PoolKind } from './common.js';
 import type { BodySpec, Expectation, RunResult, RunSpec } from './driver.js';
 import { createBenchDatabase, describeServer, serverAddress, type BenchDatabase } from './postgres.js';
-import { cpuOfNamed, cpuSeconds, DRIVER_CORE, machineTicks, Peer, pinSelf, residentMemory, runScript, SERVER_CORE } from './processes.js';
+import { hashPasswordWithCli, PASSWORD, startCliServer, writeDeployment, type CliServer } from './cli-server.js';
+import {
+  ALL_CORES,
+  cpuOfNamed,
+  cpuOfTree,
+  DRIVER_CORE,
+  machineTicks,
+  Peer,
+  pinProcess,
+  pinSelf,
+  processTree,
+  residentMemory,
+  runScript,
+  SERVER_CORE,
+  treeResidentMemory,
+  type Cores,
+  type ServerProcess,
+} from './processes.js';
+import { prepareRelease, RELEASE, type PreparedRelease } from './release.js';
+import type { StormMeasurement } from './storm.js';
 import { summariseProfile } from './profile.js';
 import {
   baselineLines,
   CASES,
   evaluateTargets,
+  issueTargets,
   LEGACY_SIGNING,
   printReport,
+  ratioLines,
+  RELEASE_LABELS,
+  releaseLines,
+  stormLines,
+  workersLine,
   writeResults,
   type CaseName,
   type PostgresResult,
+  type ReleaseResult,
   type Row,
   type ScaleResult,
+  type StormOutcome,
+  type StormResult,
+  type WorkersResult,
 } from './report.js';
 
 const here = dirname(fileURLToPath(import.meta.url));
@@ -104,7 +144,12 @@ type ServerName =
   | 'scale-small'
   | 'scale-large'
   | 'postgres-a'
-  | 'postgres-b';
+  | 'postgres-b'
+  | 'release-current'
+  | 'release-same-signing'
+  | 'release-v0.2.0'
+  | 'workers-1'
+  | 'workers-2';
 interface Ready {
   readonly ready: true;
   readonly port: number;
@@ -113,7 +158,8 @@ interface Ready {
 }
 interface Server {
   readonly name: ServerName;
-  readonly peer: Peer<Ready>;
+  /** A benchmark server (RPC), or `pinpoint serve` itself (bench/cli-server.ts). */
+  readonly peer: ServerProcess;
   readonly port: number;
   readonly issuer: string;
 }
@@ -139,9 +185,11 @@ interface Participant {
 const single = (label: string, leg: Leg): Participant => ({ label, legs: [leg] });
 
 const pinned = tasksetAvailable();
-const core = (wanted: number): number | undefined => (pinned ? wanted : undefined);
+const core = (wanted: Cores): Cores | undefined => (pinned ? wanted : undefined);
 const temp = await mkdtemp(join(tmpdir(), 'pinpoint-bench-'));
 const started = Date.now();
+/** The machine is shared: how busy it was when the run began goes into RESULTS.md beside how busy it was at the end. */
+const loadAtStart = loadavg();
 const log = (line: string): void => void process.stdout.write(`${line}\n`);
 
 if (!pinned) log('warning: taskset not found (util-linux): servers and driver are NOT pinned; figures reward whoever uses background threads');
@@ -154,7 +202,10 @@ const servers: Server[] = [];
 
 const shippedNodeFlags = await startNodeFlags();
 
-/** nodeOptions: more node flags; imports: modules loaded with --import after tsx; onCore: where to pin (default SERVER_CORE). */
+/**
+ * `script`: a file of bench/ or an absolute path; nodeOptions: more node flags; imports: modules loaded with --import
+ * after tsx; onCore: where to pin (default SERVER_CORE).
+ */
 async function startServer(
   name: ServerName,
   script: string,
@@ -162,7 +213,7 @@ async function startServer(
   extra: { nodeOptions?: readonly string[]; imports?: readonly string[]; onCore?: number } = {},
 ): Promise<Server> {
   const peer = new Peer<Ready>(name, {
-    script: join(here, script),
+    script: isAbsolute(script) ? script : join(here, script),
     env,
     core: core(extra.onCore ?? SERVER_CORE),
     stdout: join(temp, `${name}.log`),
@@ -281,8 +332,8 @@ function combined(results: readonly RunResult[]): RunResult {
 /** CPU seconds of each of the database's processes that runs on this machine (PostgreSQL's are named `postgres`). */
 const databaseCpu = async (database: BenchDatabase): Promise<Map<number, number>> => cpuOfNamed(await database.processes(), 'postgres');
 
-/** Database CPU seconds used since `before` (processes started since count from zero); NaN when none runs here (a remote server). */
-function databaseSecondsSince(now: ReadonlyMap<number, number>, before: ReadonlyMap<number, number>): number {
+/** CPU seconds of a set of processes used since `before` (processes started since count from zero); NaN when none runs here (a remote database). */
+function secondsSince(now: ReadonlyMap<number, number>, before: ReadonlyMap<number, number>): number {
   if (now.size === 0) return Number.NaN;
   let seconds = 0;
   for (const [pid, used] of now) seconds += used - (before.get(pid) ?? 0);
@@ -293,8 +344,9 @@ async function runOnce(participant: Participant, connections: number, seconds: n
   const split = shares(connections, participant.legs.length);
   const keyOf = (leg: Leg): string => `${participant.label}|${leg.server.name}`;
   await Promise.all(participant.legs.map((leg, i) => ensurePool(leg, keyOf(leg), split[i] as number, seconds, group, 2)));
+  // Each server's process and its children (the workers of `pinpoint serve`).
   const pids = participant.legs.map((leg) => leg.server.peer.pid);
-  const cpuBefore = pids.map(cpuSeconds);
+  const cpuBefore = pids.map(cpuOfTree);
   const databaseBefore = participant.database === undefined ? new Map<number, number>() : await databaseCpu(participant.database);
   const machineBefore = machineTicks();
   const wallBefore = performance.now();
@@ -314,9 +366,9 @@ async function runOnce(participant: Participant, connections: number, seconds: n
     }),
   );
   const wall = (performance.now() - wallBefore) / 1000;
-  const instanceCpu = pids.map((pid, i) => (cpuSeconds(pid) - (cpuBefore[i] as number)) / wall);
+  const instanceCpu = pids.map((pid, i) => secondsSince(cpuOfTree(pid), cpuBefore[i] as Map<number, number>) / wall);
   const databaseAfter = participant.database === undefined ? undefined : await databaseCpu(participant.database);
-  const databaseShare = databaseAfter === undefined ? Number.NaN : databaseSecondsSince(databaseAfter, databaseBefore) / wall;
+  const databaseShare = databaseAfter === undefined ? Number.NaN : secondsSince(databaseAfter, databaseBefore) / wall;
   const machineAfter = machineTicks();
   const machineCpu = ((machineAfter.busy - machineBefore.busy) / (machineAfter.total - machineBefore.total)) * cpus().length;
   for (const [i, leg] of participant.legs.entries()) {
@@ -345,7 +397,7 @@ function describeErrors(result: RunResult): string {
 
 /** Warms every participant, then runs the interleaved measured segments; one row per participant. */
 async function runCase(
-  caseName: CaseName | 'scale' | 'postgres',
+  caseName: Row['caseName'],
   connections: number,
   participants: readonly Participant[],
   afterWarmup?: () => Promise<unknown>,
@@ -421,7 +473,7 @@ async function runCase(
       ...(participant.database === undefined ? {} : { databaseCpu: tally.databaseCpu / tally.seconds, machineCpu: tally.machineCpu / tally.seconds }),
       driverCpu: tally.driverCpu,
       firstSecond: tally.firstSecond.length === 0 ? Number.NaN : tally.firstSecond.reduce((sum, x) => sum + x, 0) / tally.firstSecond.length,
-      rss: participant.legs.reduce((sum, leg) => sum + residentMemory(leg.server.peer.pid).rss, 0),
+      rss: participant.legs.reduce((sum, leg) => sum + treeResidentMemory(leg.server.peer.pid), 0),
     });
   }
   return rows;
@@ -634,15 +686,128 @@ async function baselineRun(dist: string): Promise<number> {
   return refused > 0 ? 1 : 0;
 }
 
-async function main(): Promise<number> {
-  await driver.ready;
-  if (options.profile !== undefined) {
-    if (!(CASES as readonly string[]).includes(options.profile)) throw new Error(`--profile takes one of ${CASES.join(', ')}`);
-    await profileRun(options.profile as CaseName);
-    return 0;
-  }
+/** The password hash of the `pinpoint serve` deployments: made once per run by `pinpoint hash-password` (scrypt, N = 2^17). */
+let passwordHash: Promise<string> | undefined;
+const deploymentHash = (): Promise<string> => (passwordHash ??= hashPasswordWithCli(PASSWORD, shippedNodeFlags));
 
-  if (options.baseline !== undefined) return baselineRun(options.baseline);
+/** `pinpoint serve` on every core for one case, its deployment (config, secret, SQLite state) in temp/NAME. */
+async function startDeployment(name: string, args: readonly string[]): Promise<{ server: CliServer } | { refused: string }> {
+  const deployment = await writeDeployment(join(temp, name), await deploymentHash());
+  return startCliServer({
+    deployment,
+    args,
+    nodeFlags: shippedNodeFlags,
+    cores: core(ALL_CORES),
+    stdout: join(temp, `${name}.log`),
+    stderr: join(temp, `${name}.err`),
+  });
+}
+
+/**
+ * Refresh and code exchange at c=16: this build, the same build with v0.2.0's node:crypto signing, and v0.2.0 built
+ * beside this checkout (bench/release.ts), each on SQLite, interleaved. Skipped in smoke mode: preparing the release
+ * means a build, which CI's short run must not do.
+ */
+async function runRelease(): Promise<ReleaseResult> {
+  if (smoke) return { skipped: 'skipped in smoke' };
+  let prepared: PreparedRelease;
+  try {
+    prepared = await prepareRelease(log);
+  } catch (error) {
+    const reason = `not measured: ${RELEASE.name} could not be prepared here (${(error as Error).message})`;
+    log(`  ${reason}`);
+    return { skipped: reason };
+  }
+  log(`  ${RELEASE.name}: ${prepared.done}`);
+  const started = await Promise.all([
+    startServer('release-current', 'pinpoint-server.ts', pinpointEnv('sqlite', join(temp, 'release-current.db'))),
+    startServer('release-same-signing', 'pinpoint-server.ts', pinpointEnv('sqlite', join(temp, 'release-same-signing.db')), { imports: [LEGACY_SIGNING_HOOK] }),
+    startServer('release-v0.2.0', prepared.server, pinpointEnv('sqlite', join(temp, 'release-v0.2.0.db'))),
+  ]);
+  const [current, sameSigning, release] = started;
+  try {
+    const signing = await signingOf(sameSigning);
+    if (signing.module !== 'bench/legacy-jwt.ts') throw new Error(`${RELEASE_LABELS.sameSigning}: expected bench/legacy-jwt.ts to sign, got ${signing.module}`);
+    const peers = [
+      { label: RELEASE_LABELS.current, server: current },
+      { label: RELEASE_LABELS.sameSigning, server: sameSigning },
+      { label: RELEASE_LABELS.release, server: release },
+    ];
+    const rows: Row[] = [];
+    for (const caseName of ['refresh_token+resource', 'authorization_code+resource'] as const) {
+      rows.push(...(await runCase(caseName, 16, participantsFor(caseName, peers))));
+    }
+    log(`  ${RELEASE_LABELS.sameSigning}: ${(await signingOf(sameSigning)).signatures ?? 0} JWTs signed by bench/legacy-jwt.ts (node:crypto)`);
+    return { rows };
+  } finally {
+    await stopAll(started);
+  }
+}
+
+/** client_credentials at c=16 on `pinpoint serve --workers 2` and `--workers 1`, servers and driver on every core. */
+async function runWorkers(): Promise<WorkersResult> {
+  const started: CliServer[] = [];
+  try {
+    const legs: Leg[] = [];
+    for (const count of [1, 2] as const) {
+      const name = count === 1 ? 'workers-1' : 'workers-2';
+      const outcome = await startDeployment(name, ['--workers', String(count)]);
+      if ('refused' in outcome) {
+        log(`  workers: ${outcome.refused}`);
+        return { unavailable: outcome.refused };
+      }
+      started.push(outcome.server);
+      legs.push(legFor('client_credentials', { name, peer: outcome.server, port: outcome.server.port, issuer: outcome.server.issuer }));
+    }
+    const processes = [processTree(started[0]?.pid ?? -1).length, processTree(started[1]?.pid ?? -1).length] as const;
+    log(`  workers: serve --workers 1 runs ${processes[0]} process(es), serve --workers 2 runs ${processes[1]}`);
+    const participants = [single('1 worker', legs[0] as Leg), single('2 workers', legs[1] as Leg)];
+    // Both cores are the servers' to use here, and the driver's too: no core is set aside for either.
+    if (pinned) pinProcess(driver.pid, ALL_CORES);
+    try {
+      return { rows: await runCase('workers', 16, participants), processes };
+    } finally {
+      if (pinned) pinProcess(driver.pid, DRIVER_CORE);
+    }
+  } finally {
+    await Promise.all(started.map((server) => server.stop()));
+  }
+}
+
+/** How often the storm samples the server's resident memory: a scrypt hash holds its 128 MiB for about a third of a second. */
+const STORM_SAMPLE_MS = 50;
+
+/** The sign-in storm (bench/storm.ts) against `pinpoint serve` on every core, its processes' memory sampled meanwhile. */
+async function runStorm(): Promise<StormResult> {
+  const outcome = await startDeployment('storm', []);
+  if ('refused' in outcome) throw new Error(`storm: pinpoint serve did not start: ${outcome.refused}`);
+  const server = outcome.server;
+  let pids = processTree(server.pid);
+  let listed = Date.now();
+  let peakRss = 0;
+  const sample = (): void => {
+    // Workers come and go rarely: the process list is read again once a second, their memory every sample.
+    if (Date.now() - listed > 1000) [pids, listed] = [processTree(server.pid), Date.now()];
+    const rss = pids.reduce((sum, pid) => sum + (residentMemory(pid).rss || 0), 0);
+    peakRss = Math.max(peakRss, rss);
+  };
+  const sampler = setInterval(sample, STORM_SAMPLE_MS);
+  try {
+    const seconds = smoke ? { warmup: 0.5, quiet: 1, storm: 3 } : { warmup: 2, quiet: 3, storm: 30 };
+    log(`  storm: token requests (c=8) alone for ${seconds.warmup + seconds.quiet} s, then beside 8 browsers signing in for ${seconds.storm} s`);
+    const output = await runScript({ script: join(here, 'storm.ts'), args: [JSON.stringify({ issuer: server.issuer, ...seconds })], core: core(ALL_CORES) });
+    sample();
+    const measured = JSON.parse(output) as StormMeasurement;
+    const summedHighWater = pids.reduce((sum, pid) => sum + (residentMemory(pid).peak || 0), 0);
+    return { ...measured, peakRss, summedHighWater, processes: pids.length, sampleMs: STORM_SAMPLE_MS };
+  } finally {
+    clearInterval(sampler);
+    await server.stop();
+  }
+}
+
+/** The cases of the table (CASES): Pinpoint, oidc-provider, the floor and the "jose cost" server, in one set of processes. */
+async function runCases(): Promise<Row[]> {
   log('starting servers (each in its own process, pinned to core 0; driver on core 1)');
   const joseCost = selected('client_credentials') && concurrencies.includes(16);
   const [sqlite, memory, oidc, floor, legacy] = await Promise.all([
@@ -690,9 +855,33 @@ async function main(): Promise<number> {
   const logSize = await stat(join(temp, 'pinpoint-sqlite.log')).then((s) => s.size, () => 0);
   log(`  pinpoint sqlite access log: ${(logSize / 1e6).toFixed(1)} MB written at level info`);
   await stopAll([...servers]);
+  return rows;
+}
 
+async function main(): Promise<number> {
+  await driver.ready;
+  if (options.profile !== undefined) {
+    if (!(CASES as readonly string[]).includes(options.profile)) throw new Error(`--profile takes one of ${CASES.join(', ')}`);
+    await profileRun(options.profile as CaseName);
+    return 0;
+  }
+
+  if (options.baseline !== undefined) return baselineRun(options.baseline);
+  const rows = CASES.some(selected) ? await runCases() : [];
+  // A part that breaks off is reported on its lines (and fails the run) without losing the figures of the others.
+  const failed: string[] = [];
+  /** Logs why `part` broke off, in full, and returns the first line of it for the part's report lines. */
+  const brokeOff = (part: string, error: unknown): string => {
+    const reason = error instanceof Error ? error.message : String(error);
+    failed.push(part);
+    log(`  ${part}: failed: ${reason}`);
+    return reason.split('\n')[0] ?? reason;
+  };
+  const release = selected('v0.2.0') ? await runRelease().catch((error: unknown) => ({ skipped: `failed: ${brokeOff(RELEASE.name, error)}` })) : undefined;
   const scaled = selected('scale') ? await runScale(rows) : undefined;
   const postgres = selected('postgres') ? await runPostgres() : undefined;
+  const workers: WorkersResult | undefined = selected('workers') ? await runWorkers().catch((error: unknown) => ({ failed: brokeOff('workers', error) })) : undefined;
+  const storm: StormOutcome | undefined = selected('storm') ? await runStorm().catch((error: unknown) => ({ failed: brokeOff('storm', error) })) : undefined;
 
   let signing: string | undefined;
   if (!smoke && !partial) {
@@ -701,29 +890,42 @@ async function main(): Promise<number> {
   }
 
   log('');
-  const refused = printReport(rows, scaled?.rows ?? [], scaled?.scale, postgres, pinned, log);
-  const targets = smoke || scaled === undefined ? undefined : evaluateTargets(rows, scaled.rows, scaled.scale);
+  const more = {
+    rows: [...(release === undefined || 'skipped' in release ? [] : release.rows), ...(workers === undefined || !('rows' in workers) ? [] : workers.rows)],
+    lines: [
+      ...(release === undefined ? [] : releaseLines(release, !smoke)),
+      ...(workers === undefined ? [] : [workersLine(workers)]),
+      ...(storm === undefined ? [] : stormLines(storm, !smoke)),
+    ],
+  };
+  const ratios = rows.length === 0 ? [] : ratioLines(rows, !smoke);
+  const refused = printReport(rows, scaled?.rows ?? [], scaled?.scale, postgres, pinned, log, ratios, more);
+  const targets = smoke || scaled === undefined ? undefined : [...evaluateTargets(rows, scaled.rows, scaled.scale), ...issueTargets(release, storm)];
   if (targets !== undefined) {
     log('');
-    log('targets (same run; Pinpoint on SQLite against oidc-provider in memory):');
+    log('targets (same run; Pinpoint on SQLite against the fastify+jose floor and v0.2.0; the storm on `pinpoint serve`):');
     for (const target of targets) log(`  ${target.met ? 'met    ' : 'NOT MET'}  ${target.name}: ${target.detail}`);
   }
   log(`\nbench: ${((Date.now() - started) / 1000).toFixed(0)} s`);
-  if (!smoke && !partial && scaled !== undefined && postgres !== undefined) {
+  if (!smoke && !partial && scaled !== undefined && postgres !== undefined && release !== undefined && workers !== undefined && storm !== undefined) {
     await writeResults(join(here, 'RESULTS.md'), {
       rows,
       scaleRows: scaled.rows,
       scale: scaled.scale,
       postgres,
+      release,
+      workers,
+      storm,
       targets: targets ?? [],
       signing,
       pinned,
       seconds: (Date.now() - started) / 1000,
       nodeFlags: shippedNodeFlags,
+      loadAtStart,
     });
     log('bench: wrote bench/RESULTS.md');
   }
-  return refused > 0 ? 1 : 0;
+  return refused > 0 || failed.length > 0 ? 1 : 0;
 }
 
 let exitCode = 1;

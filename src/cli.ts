@@ -1,8 +1,12 @@
 #!/usr/bin/env -S node --max-semi-space-size=32
+import { readFile, rename, writeFile } from 'node:fs/promises';
+import { resolve } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { parseArgs } from 'node:util';
 import { ConfigInvalid, formatProblem, loadConfig } from './config/load.js';
 import { describeConfig, describeInvalid, renderReport, type CheckReport, type ProbeResult } from './config/report.js';
 import type { Config, StateConfig } from './config/types.js';
+import { MAX_WORKERS, parseWorkersOption } from './config/workers.js';
 import { hashPassword } from './crypto/password.js';
 import { backupSqlite } from './admin/backup.js';
 import { listGrants, revokeGrants } from './admin/grants.js';
@@ -10,10 +14,16 @@ import { listKeys, retire, rotate } from './admin/keys.js';
 import { openStore } from './store/open.js';
 import { probeStore } from './store/probe.js';
 import type { Store } from './store/types.js';
+import type { SuperviseOptions } from './supervisor.js';
 import { VERSION } from './version.js';
 
 const USAGE = `usage:
-  pinpoint serve --config FILE            run the server (PINPOINT_CONFIG may replace --config)
+  pinpoint serve --config FILE [--workers N|auto] [--pid-file FILE]
+                                          run the server (PINPOINT_CONFIG may replace --config); --workers
+                                          overrides the config's workers; --pid-file holds the primary's pid
+  pinpoint reload --config FILE --pid-file FILE
+                                          check FILE, then have the server started with that pid file
+                                          take it without downtime (exit 0 when taken, 1 when not)
   pinpoint check --config FILE [--json] [--probe]
                                           validate the configuration and show what it sets up;
                                           --probe also reaches the state store and asks each federation issuer for its metadata
@@ -49,6 +59,8 @@ async function main(argv: readonly string[]): Promise<number> {
       user: { type: 'string' },
       client: { type: 'string' },
       to: { type: 'string' },
+      workers: { type: 'string' },
+      'pid-file': { type: 'string' },
       help: { type: 'boolean', short: 'h', default: false },
     },
     strict: true,
@@ -66,16 +78,23 @@ async function main(argv: readonly string[]): Promise<number> {
     return file;
   };
   const only = (allowed: readonly string[], positionalCount = 0): void => {
-    const extra = (['json', 'probe', 'config', 'user', 'client', 'to'] as const).find((name) => !allowed.includes(name) && values[name]);
+    const extra = (['json', 'probe', 'config', 'user', 'client', 'to', 'workers', 'pid-file'] as const).find((name) => !allowed.includes(name) && values[name]);
     if (extra) throw new UsageError(`${command} does not take --${extra}`);
     const extraWords = command === 'keys' || command === 'grants' ? positionals.slice(positionalCount) : words;
     if (extraWords.length > 0) throw new UsageError(`unexpected argument ${JSON.stringify(extraWords[0])}`);
   };
 
   switch (command) {
-    case 'serve':
-      only(['config']);
-      return serve(configFile());
+    case 'serve': {
+      only(['config', 'workers', 'pid-file']);
+      const workers = values.workers === undefined ? undefined : parseWorkersOption(values.workers);
+      if (values.workers !== undefined && workers === undefined) throw new UsageError(`--workers is ${JSON.stringify(values.workers)}; give a whole number from 1 to ${MAX_WORKERS}, or auto`);
+      return serve(configFile(), { ...(workers !== undefined && { workers }), ...(values['pid-file'] !== undefined && { pidFile: resolve(values['pid-file']) }) });
+    }
+    case 'reload':
+      only(['config', 'pid-file']);
+      if (values['pid-file'] === undefined) throw new UsageError('reload needs --pid-file FILE (the one given to serve)');
+      return reload(configFile(), resolve(values['pid-file']));
     case 'check':
       only(['config', 'json', 'probe']);
       return check(configFile(), values.json === true, values.probe === true);
@@ -175,7 +194,7 @@ async function backup(file: string, to: string): Promise<number> {
   return backupSqlite(config.state.path, to, process.stdout, process.stderr);
 }
 
-async function serve(file: string): Promise<number> {
+async function serve(file: string, options: SuperviseOptions): Promise<number> {
   let loaded: { config: Config; warnings: string[] };
   try {
     loaded = await loadConfig(file);
@@ -185,9 +204,71 @@ async function serve(file: string): Promise<number> {
     process.stderr.write(`pinpoint: ${file} is not a valid configuration:\n${error.problems.map((p) => `  ${formatProblem(p)}\n`).join('')}`);
     return 1;
   }
-  // The server logs the warnings itself, as JSON lines like everything else it says.
-  await (await import('./server.js')).serve(loaded.config, loaded.warnings);
-  return 0;
+  // The server logs the warnings itself, as JSON lines like everything else it says; the primary only supervises.
+  return (await import('./supervisor.js')).supervise(loaded.config, loaded.warnings, options);
+}
+
+/** How long `reload` waits for the server's answer: every worker started and the old ones drained. */
+const RELOAD_TIMEOUT_MS = 120_000;
+
+/** DESIGN.md §2, §11: checks FILE, leaves a request next to the pid file, sends SIGHUP, and waits for the answer. */
+async function reload(file: string, pidFile: string): Promise<number> {
+  try {
+    const { warnings } = await loadConfig(file);
+    printWarnings(warnings);
+  } catch (error) {
+    if (!(error instanceof ConfigInvalid)) throw error;
+    printWarnings(error.warnings);
+    process.stderr.write(`pinpoint: ${file} is not a valid configuration; the server was not asked to reload:\n${error.problems.map((p) => `  ${formatProblem(p)}\n`).join('')}`);
+    return 1;
+  }
+  const pid = await readFile(pidFile, 'utf8').then(
+    (text) => (/^\d+\s*$/.test(text) ? Number(text) : undefined),
+    () => undefined,
+  );
+  if (pid === undefined || !isRunning(pid)) {
+    process.stderr.write(`pinpoint: no server is running with the pid in ${pidFile}${pid === undefined ? ' (no pid there)' : ` (${pid})`}; start one with serve --pid-file\n`);
+    return 1;
+  }
+  const { newNonce, reloadFiles } = await import('./supervisor.js');
+  const files = reloadFiles(pidFile);
+  const request = { nonce: newNonce(), config: resolve(file) };
+  await writeFile(`${files.request}.tmp`, JSON.stringify(request));
+  await rename(`${files.request}.tmp`, files.request);
+  process.kill(pid, 'SIGHUP');
+  const deadline = Date.now() + RELOAD_TIMEOUT_MS;
+  while (Date.now() < deadline) {
+    await sleep(100);
+    const result = await readFile(files.result, 'utf8').then(
+      (text) => JSON.parse(text) as { nonce?: unknown; ok?: unknown; problems?: unknown; workers?: unknown },
+      () => undefined,
+    );
+    if (result?.nonce === request.nonce) {
+      if (result.ok === true) {
+        process.stdout.write(`reloaded ${resolve(file)}: ${String(result.workers)} worker(s) serve it\n`);
+        return 0;
+      }
+      const problems = Array.isArray(result.problems) ? result.problems.map(String) : [];
+      process.stderr.write(`pinpoint: the server did not take ${file}; it keeps serving its configuration:\n${problems.map((p) => `  ${p}\n`).join('')}`);
+      return 1;
+    }
+    if (!isRunning(pid)) {
+      process.stderr.write(`pinpoint: the server (pid ${pid}) stopped before it answered\n`);
+      return 1;
+    }
+  }
+  process.stderr.write(`pinpoint: no answer from the server (pid ${pid}) within ${RELOAD_TIMEOUT_MS / 1000} s\n`);
+  return 1;
+}
+
+/** Whether a process with `pid` exists (signal 0 checks without sending anything). */
+function isRunning(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (error) {
+    return (error as NodeJS.ErrnoException).code === 'EPERM';
+  }
 }
 
 async function check(file: string, json: boolean, probe: boolean): Promise<number> {

@@ -1,11 +1,17 @@
 /** What every route needs, built once at start and passed down (no globals). State is passed separately, narrowed per route. */
 import type { Config } from './config/types.js';
+import { VerifiedAccessTokens } from './crypto/jwt.js';
 import { KEY_TIMING, type KeyRing, type SigningKeys } from './crypto/keys.js';
-import type { ClientDirectory } from './http/clients.js';
+import { DEFAULT_PASSWORD_WAIT_MS, WAITING_PER_SLOT } from './crypto/password-pool.js';
+import type { ClientDirectory } from './clients/directory.js';
 import { cookieSettingsFor, type CookieSettings } from './http/cookies.js';
 import { createMetrics, type Metrics } from './http/metrics.js';
 import { FixedWindowLimiter } from './http/rate-limit.js';
+import { isLimitedVerdict, sharedLimiter, type LimiterLink } from './http/shared-limiter.js';
 import { isKnownSubject } from './policy/subjects.js';
+import type { GrantStore, RevokedTokenStore } from './store/types.js';
+import type { AccessTokenStateSources } from './tokens/access-token-state.js';
+import type { TokenSigner } from './tokens/response.js';
 
 /** Every limit of DESIGN.md §4, set by the `limits` block (§3); the defaults are the contract's. */
 export interface AppLimits {
@@ -22,6 +28,12 @@ export interface AppLimits {
   /** Wrong user codes per address, per user-code window (RFC 8628 §5.1). */
   readonly userCodeFailures: number;
   readonly userCodeWindowMs: number;
+  /** Password checks running at once in this process, in hashing threads of their own (DESIGN.md §11). */
+  readonly passwordHashes: number;
+  /** How long a sign-in waits for a hashing slot before it gets 503 with Retry-After (§11: 5 s). */
+  readonly passwordWaitMs: number;
+  /** Sign-ins that may wait for a hashing slot at once; more get 503 at once. Default: WAITING_PER_SLOT per slot. */
+  readonly passwordChecksWaiting: number;
 }
 
 export const DEFAULT_LIMITS: AppLimits = {
@@ -33,7 +45,13 @@ export const DEFAULT_LIMITS: AppLimits = {
   loginWindowMs: 15 * 60_000,
   userCodeFailures: 20,
   userCodeWindowMs: 15 * 60_000,
+  passwordHashes: 2,
+  passwordWaitMs: DEFAULT_PASSWORD_WAIT_MS,
+  passwordChecksWaiting: WAITING_PER_SLOT * 2,
 };
+
+/** Verified access tokens remembered: about 1 KiB each, so at most about 10 MB. */
+const REMEMBERED_TOKENS = 10_000;
 
 export interface AppContext {
   readonly config: Config;
@@ -54,39 +72,65 @@ export interface AppContext {
   readonly metrics: Metrics;
   /** Whether a grant's or session's subject is still a user, or comes from a configured upstream (DESIGN.md §6). */
   readonly isKnownSubject: (subject: string) => boolean;
+  /** Access tokens jose has verified, remembered for repeated introspection and exchange (crypto/jwt.ts). */
+  readonly verifiedAccessTokens: VerifiedAccessTokens;
+  /** Signs token responses with the keys in use now. */
+  readonly signer: TokenSigner;
+  /** What the one check of a presented access token's state reads (tokens/access-token-state.ts). */
+  readonly tokenState: AccessTokenStateSources;
 }
 
 export function makeContext(
   config: Config,
   keys: SigningKeys | KeyRing,
   clients: ClientDirectory,
-  options: { now?: () => number; limits?: Partial<AppLimits>; metrics?: Metrics } = {},
+  store: GrantStore & RevokedTokenStore,
+  options: { now?: () => number; limits?: Partial<AppLimits>; metrics?: Metrics; limiterLink?: LimiterLink } = {},
 ): AppContext {
   // The config's `limits` block, then what a test asks for (windows, small numbers).
-  const limits: AppLimits = { ...DEFAULT_LIMITS, ...config.limits, ...options.limits };
+  const chosen = { ...DEFAULT_LIMITS, ...config.limits, ...options.limits };
+  // The waiting room grows with the slots unless set: each slot gets through its share of it within the wait.
+  const limits: AppLimits = { ...chosen, passwordChecksWaiting: options.limits?.passwordChecksWaiting ?? WAITING_PER_SLOT * chosen.passwordHashes };
   const [only, ...others] = [...config.federations.keys()];
   // With no local users and exactly one upstream, a page offering one button is skipped.
   const skipToUpstream = config.users.size === 0 && only !== undefined && others.length === 0;
   const ring = 'current' in keys ? keys : undefined;
   const fixed = 'current' in keys ? undefined : keys;
+  const keysNow = (): SigningKeys => ring?.current ?? (fixed as SigningKeys);
+  const now = options.now ?? Date.now;
+  const isKnown = (subject: string): boolean => isKnownSubject(subject, config.users, config.federations);
   return {
     config,
     get keys(): SigningKeys {
-      return ring?.current ?? (fixed as SigningKeys);
+      return keysNow();
     },
     jwksMaxAgeSeconds: ring?.jwksMaxAgeSeconds ?? KEY_TIMING.jwksMaxAgeSeconds,
     issuer: config.baseUrl,
-    now: options.now ?? Date.now,
+    now,
     limits,
-    failures: new FixedWindowLimiter(limits.failureWindowMs),
+    failures: shareable('failures', new FixedWindowLimiter(limits.failureWindowMs), limits.failureWindowMs, options.limiterLink),
     cookies: cookieSettingsFor(config.baseUrl, config.basePath),
     clients,
     sessionLifetimeMs: 12 * 3600_000,
     metrics: options.metrics ?? createMetrics({ processMetrics: false }),
-    isKnownSubject: (subject) => isKnownSubject(subject, config.users, config.federations),
+    isKnownSubject: isKnown,
+    verifiedAccessTokens: new VerifiedAccessTokens(REMEMBERED_TOKENS),
+    signer: { issuer: config.baseUrl, accessTokenLifetimeMs: config.accessTokenLifetimeMs, keys: keysNow },
+    tokenState: {
+      store,
+      now,
+      isKnownClient: (clientId) => clients.isKnownClient(clientId),
+      isKnownSubject: isKnown,
+      mayExchange: (clientId) => config.clients.get(clientId)?.tokenExchange !== undefined,
+    },
     signInPage: (loginId) =>
       skipToUpstream
         ? `${config.basePath}/federation/start?login=${loginId}&upstream=${encodeURIComponent(only)}`
         : `${config.basePath}/login?login=${loginId}`,
   };
+}
+
+/** A limiter whose counts hold for every worker (DESIGN.md §11) when there is a link to them; alone, it is itself. */
+function shareable(name: string, limiter: FixedWindowLimiter, windowMs: number, link: LimiterLink | undefined): FixedWindowLimiter {
+  return link === undefined ? limiter : sharedLimiter(name, limiter, link, { readOnly: ['check'], changedNothing: isLimitedVerdict, handleLifetimeMs: windowMs });
 }

@@ -51,14 +51,19 @@ function serializeResponse(reply: { statusCode?: number }): Record<string, unkno
   return { status: reply.statusCode };
 }
 
+/** Linux's PIPE_BUF: a write to a pipe up to this long is never interleaved with another process's. */
+const PIPE_BUF = 4096;
+
 export function createLogger(level: Config['logLevel'], destination?: pino.DestinationStream): Logger {
   // Lines are written in 4 KiB batches under load (one write per batch, not per line), and at most 200 ms after they
-  // happen when traffic is light (DESIGN.md §10: written as they happen, not held until the buffer fills).
-  const stream = destination ?? pino.destination({ dest: 1, sync: false, minLength: 4096, periodicFlush: 200 });
+  // happen when traffic is light (DESIGN.md §10: written as they happen, not held until the buffer fills). No write is
+  // longer than PIPE_BUF, so the workers sharing one stdout pipe never tear each other's lines (POSIX: atomic writes).
+  const stream = destination ?? pino.destination({ dest: 1, sync: false, minLength: PIPE_BUF - 1, maxWrite: PIPE_BUF, periodicFlush: 200 });
   return pino(
     {
       level,
-      base: { service: 'pinpoint' },
+      // DESIGN.md §11: every line names its process; pino's own base (pid, hostname) is replaced, so pid is named here.
+      base: { service: 'pinpoint', pid: process.pid },
       redact: { paths: REDACT_PATHS, censor: '[redacted]' },
       serializers: { err: serializeError, error: serializeError, req: serializeRequest, res: serializeResponse },
     },

@@ -108,7 +108,7 @@ describe('pinpoint check', () => {
     assert.deepEqual(tv.audience, [{ value: 'https://api.example.org/', requestable: true }]);
     assert.deepEqual(tv.redirectUris, []);
     assert.deepEqual(report.trustedProxies, []);
-    assert.deepEqual(report.limits, { clientFailures: 300, addressFailures: 300, loginFailures: 10, loginFailuresAny: 100, userCodeFailures: 20 });
+    assert.deepEqual(report.limits, { clientFailures: 300, addressFailures: 300, loginFailures: 10, loginFailuresAny: 100, userCodeFailures: 20, passwordHashes: 2 });
     assert.equal(report.metrics, undefined);
     assert.deepEqual(report.resourceServers, []);
     assert.equal(report.dynamicClients, undefined);
@@ -212,7 +212,7 @@ dynamic_clients {
       for (const secret of secrets) assert.ok(!(json.stdout + json.stderr).includes(secret), `output shows ${secret}`);
       const report = JSON.parse(json.stdout);
       assert.deepEqual(report.trustedProxies, ['10.0.0.0/8', '::1']);
-      assert.deepEqual(report.limits, { clientFailures: 300, addressFailures: 300, loginFailures: 3, loginFailuresAny: 100, userCodeFailures: 20 });
+      assert.deepEqual(report.limits, { clientFailures: 300, addressFailures: 300, loginFailures: 3, loginFailuresAny: 100, userCodeFailures: 20, passwordHashes: 2 });
       assert.deepEqual(report.metrics, { listen: '127.0.0.1:9464' });
       assert.deepEqual(report.resourceServers, [{ label: 'https://api.example.org/' }, { label: 'https://mcp.example.org/mcp' }]);
       assert.deepEqual(report.dynamicClients, {

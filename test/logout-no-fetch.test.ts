@@ -14,7 +14,7 @@ import { after, before, describe, test } from 'node:test';
 import type { FastifyInstance, LightMyRequestResponse } from 'fastify';
 import { buildApp } from '../src/app.js';
 import { loadSigningKeys } from './helpers/keys.js';
-import { MetadataDocuments } from '../src/http/metadata-document.js';
+import { MetadataDocuments } from '../src/clients/metadata-document.js';
 import { MemoryStore } from '../src/store/memory.js';
 import { authorizeUrl, pkce, testConfig } from './helpers/app.js';
 

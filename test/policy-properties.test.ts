@@ -10,10 +10,10 @@ import {
   decideAuthorizeResources,
   decideTokenAudience,
   type Audience,
-  type Decision,
   type GrantType,
   type ResourceClient,
 } from '../src/policy/resource.js';
+import type { Decision } from '../src/policy/decision.js';
 
 // A fixed seed keeps CI deterministic; PINPOINT_FC_SEED explores other seeds locally.
 const seed = process.env.PINPOINT_FC_SEED === undefined ? 8707 : Number(process.env.PINPOINT_FC_SEED);

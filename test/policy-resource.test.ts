@@ -14,10 +14,10 @@ import {
   providerScopeOf,
   resourceRefusedByGrant,
   type Audience,
-  type Decision,
   type GrantType,
   type ResourceClient,
 } from '../src/policy/resource.js';
+import type { Decision } from '../src/policy/decision.js';
 import { decideRefreshScope, decideRequestedScope, parseScope } from '../src/policy/scope.js';
 
 const ISSUER = 'https://auth.example.org';

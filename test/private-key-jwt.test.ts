@@ -18,7 +18,7 @@ import { ConfigInvalid, formatProblem, loadConfig } from '../src/config/load.js'
 import { describeConfig } from '../src/config/report.js';
 import type { ClientRecord, Config } from '../src/config/types.js';
 import { hashPassword } from '../src/crypto/password.js';
-import { MetadataDocuments } from '../src/http/metadata-document.js';
+import { MetadataDocuments } from '../src/clients/metadata-document.js';
 import { createLogger } from '../src/log.js';
 import { MemoryStore } from '../src/store/memory.js';
 import { openStore } from '../src/store/open.js';
@@ -348,6 +348,13 @@ describe('jwks_file in the config (DESIGN.md §3, §7, §13)', () => {
     assert.equal(facts?.authentication, 'private_key_jwt');
     assert.equal(facts?.requireDpop, true);
     assert.equal(JSON.stringify(describeConfig(config, warnings)).includes(keys[0]?.publicJwk.x as string), false, 'check prints no key material');
+  });
+
+  test('a jwks_file client is confidential for token exchange too (DESIGN.md §12)', async () => {
+    const jwks = JSON.stringify({ keys: [signerKey.publicJwk] });
+    const body = '  jwks_file = "k.json"\n  token_exchange {\n    subject_audience = ["https://api.example.org/"]\n  }';
+    const { config } = await loadConfig(await fixture(body, { 'k.json': jwks }));
+    assert.deepEqual(config.clients.get('partner')?.tokenExchange, { subjectAudience: ['https://api.example.org/'] });
   });
 
   test('private members, not a JWK Set, a FIFO, over 64 KiB, with secret_file or device: config errors naming jwks_file', async () => {

@@ -32,7 +32,7 @@ export interface AssertionExpectation {
   readonly now: number;
 }
 
-/** Fetches a metadata document's jwks_uri under the document's fetch rules and cache (http/metadata-document.ts). */
+/** Fetches a metadata document's jwks_uri under the document's fetch rules and cache (metadata-document.ts). */
 export interface KeySetFetcher {
   resolveKeySet(url: string): Promise<{ readonly ok: true; readonly jwks: JSONWebKeySet } | { readonly ok: false; readonly reason: string }>;
 }

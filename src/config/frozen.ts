@@ -30,3 +30,11 @@ export function deepFreeze<T>(value: T): T {
   for (const child of Object.values(value)) deepFreeze(child);
   return Object.freeze(value);
 }
+
+/** A config as another process received it (structured clone: plain Maps, nothing frozen), frozen again as loaded. */
+export function refreeze<T>(value: T): T {
+  if (value instanceof Map) return frozenMap([...value].map(([key, item]) => [key, refreeze(item)] as const)) as T;
+  if (typeof value !== 'object' || value === null || Object.isFrozen(value)) return value;
+  for (const [key, child] of Object.entries(value)) (value as Record<string, unknown>)[key] = refreeze(child);
+  return Object.freeze(value);
+}

@@ -23,6 +23,7 @@ import {
   resourceServerSpec,
   stateSpec,
   tlsSpec,
+  tokenExchangeSpec,
   topLevelSpec,
   userSpec,
   type BlockSpec,
@@ -30,6 +31,7 @@ import {
 import type { SourceEntry } from './source-index.js';
 import { closestName } from './suggest.js';
 import { formatListen } from './urls.js';
+import { workersWithoutState } from './workers.js';
 import type {
   ClientRecord,
   Config,
@@ -40,6 +42,7 @@ import type {
   ResourceServerRecord,
   StateConfig,
   TlsConfig,
+  TokenExchangeConfig,
   UserRecord,
 } from './types.js';
 
@@ -58,6 +61,8 @@ const FEDERATION_LABEL = /^[A-Za-z0-9._-]+$/;
 interface Place {
   readonly block?: string;
   readonly entry?: SourceEntry | undefined;
+  /** The block type messages name ("known in client"); the first word of `block` when absent. */
+  readonly kind?: string;
 }
 
 /** Collects problems and warnings with file, line and block, as DESIGN.md §3 asks of every message. */
@@ -129,7 +134,11 @@ async function buildConfig(body: HclBody, absolute: string, findings: Findings):
   const state = await buildState(top.single.state, findings, inFolder);
   const users = top.labeled.user.map((instance) => buildUser(instance, findings));
   const federations = await Promise.all(top.labeled.federation.map((instance) => buildFederation(instance, findings, inFolder)));
-  const clients = await Promise.all(top.labeled.client.map((instance) => buildClient(instance, findings, inFolder)));
+  const nameable = nameableAudience(top.labeled.client, top.single.dynamic_clients);
+  const clients = await Promise.all(
+    top.labeled.client.map((instance) => buildClient(instance, findings, inFolder, { issuer: attributes.base_url?.baseUrl, nameable })),
+  );
+  refuseClientsNamedLikePeople(top.labeled.client, top.labeled.user, top.labeled.federation, findings);
   const trustedProxies = attributes.trusted_proxies ?? [];
   warnAboutProxies(trustedProxies, top.single.tls, tls, findings);
   const limits = buildLimits(top.single.limits, findings);
@@ -137,7 +146,9 @@ async function buildConfig(body: HclBody, absolute: string, findings: Findings):
   const listen = top.attributes.listen === undefined ? DEFAULT_LISTEN : attributes.listen;
   const metrics = buildMetrics(top.single.metrics, listen, findings);
   const dynamicClients = await buildDynamicClients(top.single.dynamic_clients, findings, inFolder);
-  const nameable = nameableAudience(top.labeled.client, top.single.dynamic_clients);
+  const workers = attributes.workers ?? 1;
+  const needsState = state?.kind === 'memory' ? workersWithoutState(workers) : undefined;
+  if (needsState !== undefined) findings.problem({ attribute: 'workers', message: `= ${JSON.stringify(workers)} ${needsState}` });
   const resourceServers = await Promise.all(top.labeled.resource_server.map((instance) => buildResourceServer(instance, nameable, findings, inFolder)));
 
   const canSignIn = top.labeled.user.length > 0 || top.labeled.federation.length > 0;
@@ -160,6 +171,7 @@ async function buildConfig(body: HclBody, absolute: string, findings: Findings):
     baseUrl: base.baseUrl,
     basePath: base.basePath,
     listen,
+    workers,
     accessTokenLifetimeMs: attributes.access_token_lifetime ?? DEFAULT_ACCESS_TOKEN_LIFETIME_MS,
     logLevel: attributes.log_level ?? 'info',
     tls,
@@ -228,10 +240,12 @@ function unknownKey(key: string, place: Place, attributes: readonly string[], bl
   const written = findings.written(place, key);
   const kind = written?.kind === 'block' ? 'block' : 'attribute';
   const suggestion = closestName(key, [...attributes, ...blocks]);
-  const where = place.block === undefined ? '' : ` in ${place.block.split(' ')[0]}`;
+  const blockType = place.kind ?? place.block?.split(' ')[0];
+  const where = blockType === undefined ? '' : ` in ${blockType}`;
   let hint = `; known${where}: ${[...attributes, ...blocks].join(', ')}`;
   if (suggestion) hint = `; did you mean ${JSON.stringify(suggestion)}?`;
-  else if (kind === 'block' && blocks.length === 0) hint = `; ${place.block?.split(' ')[0]} takes no nested blocks`;
+  else if (kind === 'block' && blocks.length === 0) hint = `; ${blockType} takes no nested blocks`;
+  else if (kind === 'block' && blockType !== undefined) hint = `; ${blockType} takes only the nested block${blocks.length === 1 ? '' : 's'} ${blocks.join(', ')}`;
   return { block: place.block, entry: written ?? place.entry, message: `unknown ${kind} ${JSON.stringify(key)}${hint}` };
 }
 
@@ -319,13 +333,23 @@ async function buildFederation(
   };
 }
 
-async function buildClient(instance: BlockInstance, findings: Findings, inFolder: (path: string) => string): Promise<ClientRecord | undefined> {
+/** The nested blocks a client block takes. */
+const CLIENT_BLOCKS = ['token_exchange'] as const;
+
+async function buildClient(
+  instance: BlockInstance,
+  findings: Findings,
+  inFolder: (path: string) => string,
+  known: { readonly issuer: string | undefined; readonly nameable: NameableAudience },
+): Promise<ClientRecord | undefined> {
   const place = { block: instance.name, entry: instance.entry };
   const clientId = instance.label ?? '';
   if (!CLIENT_LABEL.test(clientId)) {
     findings.problem({ ...place, message: 'the client_id (the label) must be non-empty printable ASCII without spaces' });
   }
-  const value = validate(clientSpec, instance.body, place, findings);
+  const { token_exchange: tokenExchangeBody, ...attributes } = instance.body;
+  const value = validate(clientSpec, attributes, place, findings, CLIENT_BLOCKS);
+  const tokenExchange = tokenExchangeBody === undefined ? undefined : buildTokenExchange(tokenExchangeBody, instance, findings, known);
   const device = value.device === true;
   const secret =
     value.secret_file === undefined || device ? undefined : await secretFrom(value.secret_file, 'secret_file', place, findings, inFolder);
@@ -350,7 +374,77 @@ async function buildClient(instance: BlockInstance, findings: Findings, inFolder
     postLogoutRedirectUris: value.post_logout_redirect_uris ?? [],
     idTokenSigningAlg: value.id_token_signing_alg ?? 'RS256',
     refreshReuseGraceMs,
+    ...(tokenExchange !== undefined && { tokenExchange }),
   };
+}
+
+/**
+ * DESIGN.md §7: a client_credentials token's `sub` is its client_id, a person's is the user name or
+ * `<federation>:<sub>`; a client label that could be either would let one `sub` mean both a person and a client.
+ */
+function refuseClientsNamedLikePeople(clients: readonly BlockInstance[], users: readonly BlockInstance[], federations: readonly BlockInstance[], findings: Findings): void {
+  const lineOf = (instance: BlockInstance): string => (instance.entry?.line === undefined ? '' : ` (line ${instance.entry.line})`);
+  for (const client of clients) {
+    const clientId = client.label ?? '';
+    const place = { block: client.name, entry: client.entry };
+    const user = users.find((candidate) => candidate.label === clientId);
+    if (user !== undefined) {
+      findings.problem({
+        ...place,
+        message: `the client_id is also the name of ${user.name}${lineOf(user)}, so a token's sub would name both a person and a client; rename the client or the user`,
+      });
+    }
+    const federation = federations.find((candidate) => candidate.label !== undefined && clientId.startsWith(`${candidate.label}:`));
+    if (federation !== undefined) {
+      findings.problem({
+        ...place,
+        message: `the client_id has the form of a person signed in through ${federation.name}${lineOf(federation)} ("${federation.label}:<subject>"), so a token's sub could name both a person and a client; rename the client`,
+      });
+    }
+  }
+}
+
+/**
+ * A client's `token_exchange { subject_audience = [...] }` block (DESIGN.md §3, §12): written once, without a label,
+ * in a confidential client; each entry an address a token can be addressed to (an audience entry of some client that
+ * can be named as resource), never the issuer, whose tokens are for the provider alone.
+ */
+function buildTokenExchange(
+  body: unknown,
+  client: BlockInstance,
+  findings: Findings,
+  known: { readonly issuer: string | undefined; readonly nameable: NameableAudience },
+): TokenExchangeConfig | undefined {
+  const written = client.entry?.body.find((entry) => entry.name === 'token_exchange');
+  const outer = { block: client.name, entry: written ?? client.entry };
+  if (!Array.isArray(body) || !body.every((item) => typeof item === 'object' && item !== null && !Array.isArray(item))) {
+    const labelled = written?.kind === 'block';
+    findings.problem({ ...outer, message: labelled ? 'the token_exchange block takes no label; write token_exchange { ... }' : 'token_exchange must be a block: token_exchange { ... }, not token_exchange = ...' });
+    return undefined;
+  }
+  if (body.length > 1) {
+    findings.problem({ ...outer, message: 'token_exchange appears more than once; keep one token_exchange block' });
+    return undefined;
+  }
+  const place = { block: `${client.name} token_exchange`, entry: written, kind: 'token_exchange' };
+  const problemsBefore = findings.problems.length;
+  const confidential = client.body.secret_file !== undefined || client.body.jwks_file !== undefined;
+  const kind = client.body.device === true ? 'a device client' : !confidential ? 'a public client' : undefined;
+  if (kind !== undefined) {
+    findings.problem({ ...place, message: `needs a confidential client (one with secret_file or jwks_file), but this is ${kind}` });
+  }
+  const value = validate(tokenExchangeSpec, body[0] as Record<string, unknown>, place, findings);
+  for (const entry of value.subject_audience ?? []) {
+    if (entry === known.issuer) {
+      findings.problem({ ...place, attribute: 'subject_audience', message: `lists the issuer ${JSON.stringify(entry)}; tokens addressed to it are for the provider alone and are never exchanged` });
+    } else if (!known.nameable.entries.has(entry)) {
+      const suggestion = closestName(entry, [...known.nameable.entries]);
+      const hint = suggestion === undefined ? '' : `; did you mean ${JSON.stringify(suggestion)}?`;
+      findings.problem({ ...place, attribute: 'subject_audience', message: `lists ${JSON.stringify(entry)}, which is in the audience of no client and not of dynamic_clients, so no token is ever addressed to it${hint}` });
+    }
+  }
+  if (findings.problems.length > problemsBefore || value.subject_audience === undefined) return undefined;
+  return { subjectAudience: value.subject_audience };
 }
 
 function warnAboutProxies(trustedProxies: readonly string[], tlsBlock: BlockInstance | undefined, tls: TlsConfig | undefined, findings: Findings): void {
@@ -384,6 +478,7 @@ function buildLimits(instance: BlockInstance | undefined, findings: Findings): L
     loginFailures: value.login_failures ?? DEFAULT_LIMITS.loginFailures,
     loginFailuresAny: value.login_failures_any ?? DEFAULT_LIMITS.loginFailuresAny,
     userCodeFailures: value.user_code_failures ?? DEFAULT_LIMITS.userCodeFailures,
+    passwordHashes: value.password_hashes ?? DEFAULT_LIMITS.passwordHashes,
   };
 }
 

@@ -2,6 +2,7 @@ import { requestableReason, type UnrequestableReason } from '../policy/requestab
 import { formatDuration } from './duration.js';
 import { formatProblem } from './problems.js';
 import { formatListen } from './urls.js';
+import { workerCount } from './workers.js';
 import type { ClientKind, Config, ConfigProblem, DynamicClientsConfig, LimitsConfig, StateConfig, TlsMode } from './types.js';
 
 /** What `pinpoint check` tells about a config (DESIGN.md §2); holds no secret and no password hash. */
@@ -12,6 +13,8 @@ export interface CheckReport {
   readonly warnings: readonly string[];
   readonly issuer?: string;
   readonly listen?: string;
+  /** As configured: a number, or "auto" (DESIGN.md §11). */
+  readonly workers?: number | 'auto';
   readonly tls?: { readonly mode: TlsMode; readonly certFile?: string; readonly keyFile?: string };
   readonly signIn?: { readonly users: number; readonly federations: readonly FederationFacts[] };
   readonly state?: StateFacts;
@@ -93,6 +96,8 @@ export interface ClientFacts {
   readonly authentication: 'client_secret' | 'private_key_jwt' | 'none';
   readonly requireDpop: boolean;
   readonly requirePar: boolean;
+  /** The token_exchange block (DESIGN.md §12): whose tokens the client may exchange; absent without one. */
+  readonly tokenExchange?: { readonly subjectAudience: readonly string[] };
 }
 
 /** The facts of a valid config. */
@@ -104,6 +109,7 @@ export function describeConfig(config: Config, warnings: readonly string[]): Che
     warnings,
     issuer: config.baseUrl,
     listen: formatListen(config.listen),
+    workers: config.workers ?? 1,
     tls: config.tls,
     signIn: {
       users: config.users.size,
@@ -133,6 +139,7 @@ export function describeConfig(config: Config, warnings: readonly string[]): Che
       authentication: client.assertionKeys !== undefined ? 'private_key_jwt' : client.secret !== undefined ? 'client_secret' : 'none',
       requireDpop: client.requireDpop === true,
       requirePar: client.requirePar === true,
+      ...(client.tokenExchange !== undefined && { tokenExchange: { subjectAudience: client.tokenExchange.subjectAudience } }),
     })),
   };
 }
@@ -193,6 +200,7 @@ export function renderReport(report: CheckReport): string {
   const facts: [string, string][] = [
     ['issuer', report.issuer ?? ''],
     ['listen', report.listen ?? ''],
+    ['workers', describeWorkers(report.workers ?? 1)],
     ['tls', describeTls(report)],
     ['sign-in', describeSignIn(report)],
     ['persistence', `${report.state ? describeStateLine(report.state) : ''}${report.stateProbe ? `  probe: ${report.stateProbe.ok ? 'ok' : 'FAILED'}, ${report.stateProbe.detail}` : ''}`],
@@ -240,6 +248,7 @@ export function renderReport(report: CheckReport): string {
     if (client.requireDpop) rows.push(['DPoP', 'required']);
     if (client.requirePar) rows.push(['PAR', 'required']);
     rows.push(['scopes', client.scopes.length > 0 ? client.scopes.join(' ') : '(none)']);
+    if (client.tokenExchange !== undefined) rows.push(['token exchange', `exchanges tokens addressed to ${client.tokenExchange.subjectAudience.join(' ')}`]);
     lines.push(...table(rows).map((line) => `  ${line}`));
     lines.push(...audienceTable(client.audience));
   }
@@ -258,6 +267,12 @@ function describeLimits(limits: LimitsConfig): string {
   const perMinute = `client_failures ${limits.clientFailures}, address_failures ${limits.addressFailures} per minute`;
   const perWindow = `login_failures ${limits.loginFailures}, login_failures_any ${limits.loginFailuresAny}, user_code_failures ${limits.userCodeFailures} per 15 minutes`;
   return `${perMinute}; ${perWindow}`;
+}
+
+function describeWorkers(workers: number | 'auto'): string {
+  const count = workerCount(workers);
+  const processes = `${plural(count, 'worker')} beside the supervising primary`;
+  return workers === 'auto' ? `auto: ${processes} here (the CPUs this process may use)` : processes;
 }
 
 function describeRegistration(registration: DynamicClientsConfig['registration']): string {

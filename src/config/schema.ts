@@ -1,10 +1,11 @@
 import { isIP } from 'node:net';
 import { z } from 'zod';
 import { isPasswordHash } from '../crypto/password.js';
-import { isAbsoluteUri } from '../policy/requestable.js';
+import { isAbsoluteUri, requestableReason } from '../policy/requestable.js';
 import { parseDuration } from './duration.js';
 import type { LimitsConfig } from './types.js';
 import { parseBaseUrl, parseIssuerUrl } from './urls.js';
+import { workersAttribute } from './workers.js';
 
 /** One attribute-level complaint from a rule that looks at several attributes of a block. */
 export interface RuleIssue {
@@ -177,6 +178,7 @@ export const topLevelSpec = spec(
     access_token_lifetime: duration('1h').optional(),
     log_level: oneOf(LOG_LEVELS).optional(),
     trusted_proxies: uniqueList(proxyEntry, 'addresses or CIDRs').optional(),
+    workers: workersAttribute.optional(),
   }),
 );
 
@@ -189,6 +191,15 @@ const limit = z
     error: (issue) => `is ${String(issue.input)}; use a whole number from 1 to ${MAX_LIMIT}`,
   });
 
+/** The most password checks at once (DESIGN.md §11): each holds about 128 MiB at the default scrypt cost. */
+export const MAX_PASSWORD_HASHES = 64;
+
+const passwordHashes = z
+  .number({ error: (issue) => (typeof issue.input === 'string' ? 'must be a number without quotes, e.g. 2' : 'must be a whole number, e.g. 2') })
+  .refine((value) => Number.isInteger(value) && value >= 1 && value <= MAX_PASSWORD_HASHES, {
+    error: (issue) => `is ${String(issue.input)}; use a whole number from 1 to ${MAX_PASSWORD_HASHES} (each check in flight holds about 128 MiB)`,
+  });
+
 /** DESIGN.md §3 `limits`, with §4's numbers as defaults. */
 export const DEFAULT_LIMITS: LimitsConfig = Object.freeze({
   clientFailures: 300,
@@ -196,6 +207,7 @@ export const DEFAULT_LIMITS: LimitsConfig = Object.freeze({
   loginFailures: 10,
   loginFailuresAny: 100,
   userCodeFailures: 20,
+  passwordHashes: 2,
 });
 
 export const limitsSpec = spec(
@@ -205,6 +217,7 @@ export const limitsSpec = spec(
     login_failures: limit.optional(),
     login_failures_any: limit.optional(),
     user_code_failures: limit.optional(),
+    password_hashes: passwordHashes.optional(),
   }),
 );
 
@@ -338,6 +351,27 @@ export const clientSpec = spec(
     }
     return issues;
   },
+);
+
+// DESIGN.md §12: a subject token is one addressed to the caller as a resource server, i.e. to a nameable address.
+const subjectAudienceEntry = text().superRefine((value, context) => {
+  const reason = requestableReason(value);
+  if (reason === 'logical name') {
+    context.addIssue({ code: 'custom', message: `${quote(value)} is not an absolute URI; list this client's own address as a resource server, e.g. "https://orders.example.org/"` });
+  } else if (reason === 'contains a fragment') {
+    context.addIssue({ code: 'custom', message: `${quote(value)} must not contain a fragment ("#..."); list an address that can be named as resource` });
+  }
+});
+
+/** A client's `token_exchange` block (DESIGN.md §3, §12). */
+export const tokenExchangeSpec = spec(
+  z.strictObject({
+    subject_audience: uniqueList(
+      subjectAudienceEntry,
+      'URIs',
+      'is required; list the addresses whose tokens this client may exchange, e.g. subject_audience = ["https://orders.example.org/"]',
+    ).refine((values) => values.length > 0, { error: 'must list at least one entry, e.g. ["https://orders.example.org/"]' }),
+  }),
 );
 
 export const DEFAULT_CLIENT_SCOPES = ['openid', 'profile', 'email'] as const;

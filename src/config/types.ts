@@ -71,6 +71,14 @@ export interface ClientRecord {
   readonly refreshReuseGraceMs: number;
   /** Present for clients that are not in the config (DESIGN.md §9): they need consent, and match loopback ports freely. */
   readonly dynamic?: DynamicClientInfo;
+  /** The `token_exchange` block (DESIGN.md §12): present only on configured confidential clients. */
+  readonly tokenExchange?: TokenExchangeConfig;
+}
+
+/** Which tokens a client may exchange for tokens of its own audience (RFC 8693, DESIGN.md §12). */
+export interface TokenExchangeConfig {
+  /** Audience values (its own addresses as a resource server) whose tokens it may exchange. */
+  readonly subjectAudience: readonly string[];
 }
 
 /** A private_key_jwt client's public keys (RFC 7523 §2.2): a JWK Set (jwks_file, a document's `jwks`) or a document's `jwks_uri`. */
@@ -79,6 +87,8 @@ export type AssertionKeys = { readonly jwks: JSONWebKeySet } | { readonly jwksUr
 /** What a dynamic client said about itself: self-asserted, so pages show it next to the hosts it cannot fake. */
 export interface DynamicClientInfo {
   readonly source: 'registration' | 'metadata-document';
+  /** The grant_types it registered or its document lists; absent: none given (policy/grant-eligibility.ts decides). */
+  readonly grantTypes?: readonly string[];
   readonly clientName?: string;
   readonly clientUri?: string;
   readonly logoUri?: string;
@@ -96,6 +106,8 @@ export interface LimitsConfig {
   readonly loginFailuresAny: number;
   /** Wrong user codes per address, per 15 minutes. */
   readonly userCodeFailures: number;
+  /** Password checks running at once per process, each about 128 MiB at the default cost (DESIGN.md §11). */
+  readonly passwordHashes: number;
 }
 
 /** A resource server that may call /introspect (DESIGN.md §8); its label is an audience entry that can be named. */
@@ -129,6 +141,8 @@ export interface Config {
   /** The path part of base_url ("" or "/auth"); every route is served under it. */
   readonly basePath: string;
   readonly listen: { readonly host: string; readonly port: number };
+  /** Processes serving the listener (DESIGN.md §11); "auto" = the CPUs this process may use; absent (built by hand): 1. */
+  readonly workers?: number | 'auto';
   readonly accessTokenLifetimeMs: number;
   readonly logLevel: 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent';
   readonly tls: TlsConfig;

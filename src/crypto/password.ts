@@ -18,35 +18,48 @@ const MAX_P = 16;
 
 const HASH_PATTERN = /^scrypt\$N=(\d{1,8}),r=(\d{1,3}),p=(\d{1,3})\$([A-Za-z0-9_-]{16,88})\$([A-Za-z0-9_-]{22,88})$/;
 
-interface ParsedHash {
+/**
+ * One password check as plain data, so it can be posted to a hashing thread (crypto/password-pool.ts): the password
+ * and what a stored hash says. Never logged.
+ */
+export interface PasswordCheck {
+  readonly password: string;
   readonly cost: ScryptCost;
-  readonly salt: Buffer;
-  readonly key: Buffer;
+  readonly salt: Uint8Array;
+  readonly key: Uint8Array;
 }
 
 /** Hashes a password with scrypt and a random salt: `scrypt$N=..,r=..,p=..$<salt>$<key>` (base64url). */
 export async function hashPassword(password: string, cost: ScryptCost = DEFAULT_COST): Promise<string> {
   const salt = randomBytes(SALT_BYTES);
-  const key = await deriveKey(password, salt, KEY_BYTES, cost);
+  const key = await new Promise<Buffer>((resolve, reject) => {
+    scrypt(normalized(password), salt, KEY_BYTES, scryptOptions(cost), (error, derived) => (error ? reject(error) : resolve(derived)));
+  });
   const { N, r, p } = cost;
   return `scrypt$N=${N},r=${r},p=${p}$${salt.toString('base64url')}$${key.toString('base64url')}`;
 }
 
-/** True when the password matches the hash; a malformed hash gives false, never an exception. */
+/**
+ * True when the password matches the hash; a malformed hash gives false, never an exception. Runs on libuv's
+ * thread pool, beside WebCrypto's signatures: the server checks sign-ins through its PasswordPool instead (DESIGN.md §11).
+ */
 export async function verifyPassword(password: string, hash: string): Promise<boolean> {
-  const parsed = parseHash(hash);
-  if (!parsed) return false;
-  const key = await deriveKey(password, parsed.salt, parsed.key.length, parsed.cost);
-  return timingSafeEqual(key, parsed.key);
+  const check = passwordCheckOf(password, hash);
+  if (!check) return false;
+  const key = await new Promise<Buffer>((resolve, reject) => {
+    scrypt(normalized(password), check.salt, check.key.length, scryptOptions(check.cost), (error, derived) => (error ? reject(error) : resolve(derived)));
+  });
+  return timingSafeEqual(key, check.key);
 }
 
 /** True when the text has the shape of a `hashPassword` result with parameters this code accepts. */
 export function isPasswordHash(text: string): boolean {
-  return parseHash(text) !== undefined;
+  return passwordCheckOf('', text) !== undefined;
 }
 
-function parseHash(text: string): ParsedHash | undefined {
-  const match = HASH_PATTERN.exec(text);
+/** The check of `password` against a stored hash, or undefined when the hash is malformed or out of bounds. */
+export function passwordCheckOf(password: string, hash: string): PasswordCheck | undefined {
+  const match = HASH_PATTERN.exec(hash);
   if (!match) return undefined;
   const [, n, r, p, salt, key] = match as unknown as [string, string, string, string, string, string];
   const cost = { N: Number(n), r: Number(r), p: Number(p) };
@@ -55,18 +68,27 @@ function parseHash(text: string): ParsedHash | undefined {
   const saltBytes = Buffer.from(salt, 'base64url');
   const keyBytes = Buffer.from(key, 'base64url');
   if (saltBytes.length < 8 || keyBytes.length < 16 || keyBytes.length > 64) return undefined;
-  return { cost, salt: saltBytes, key: keyBytes };
+  return { password, cost, salt: saltBytes, key: keyBytes };
 }
 
-function deriveKey(
-  password: string,
-  salt: Buffer,
-  length: number,
-  cost: ScryptCost,
-): Promise<Buffer> {
-  // scrypt needs about 128 * N * r * p bytes; Node's default cap (32 MiB) is too low for N=2^17, r=8 (128 MiB).
-  const options: ScryptOptions = { N: cost.N, r: cost.r, p: cost.p, maxmem: 256 * cost.N * cost.r * cost.p + 1024 * 1024 };
-  return new Promise((resolve, reject) => {
-    scrypt(password.normalize('NFC'), salt, length, options, (error, key) => (error ? reject(error) : resolve(key)));
-  });
+/** A check that costs what a new hash costs and never matches: for an unknown user, so timing does not tell which names exist. */
+export function decoyCheck(password: string): PasswordCheck {
+  return { password, cost: DEFAULT_COST, salt: randomBytes(SALT_BYTES), key: randomBytes(KEY_BYTES) };
 }
+
+/** What a hashing thread gets for one check: scrypt's inputs, ready to run (the pool's thread code stays plain JavaScript). */
+export interface HashingJob {
+  readonly password: string;
+  readonly salt: Uint8Array;
+  readonly key: Uint8Array;
+  readonly options: ScryptOptions;
+}
+
+export function hashingJob(check: PasswordCheck): HashingJob {
+  return { password: normalized(check.password), salt: check.salt, key: check.key, options: scryptOptions(check.cost) };
+}
+
+const normalized = (password: string): string => password.normalize('NFC');
+
+// scrypt needs about 128 * N * r * p bytes; Node's default cap (32 MiB) is too low for N=2^17, r=8 (128 MiB).
+const scryptOptions = (cost: ScryptCost): ScryptOptions => ({ N: cost.N, r: cost.r, p: cost.p, maxmem: 256 * cost.N * cost.r * cost.p + 1024 * 1024 });

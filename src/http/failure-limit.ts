@@ -26,8 +26,22 @@ export function tooManyFailures(
   const verdicts = [limiter.check(addressKey(address), limits.addressFailures, now)];
   if (clientId !== undefined) verdicts.push(limiter.check(clientKey(address, clientId), limits.clientFailures, now));
   const limited = verdicts.find((verdict) => verdict.limited);
-  if (limited === undefined) return undefined;
-  return new OAuthError('invalid_request', 'too many failed requests; slow down', 429, { 'Retry-After': String(limited.retryAfterSeconds) });
+  return limited === undefined ? undefined : slowDown(limited.retryAfterSeconds);
+}
+
+const slowDown = (retryAfterSeconds: number): OAuthError =>
+  new OAuthError('invalid_request', 'too many failed requests; slow down', 429, { 'Retry-After': String(retryAfterSeconds) });
+
+/** One failure of the address, counted before the work it may turn out to be; `release` gives it back on success. */
+export type AddressSlot = { readonly ok: false; readonly error: OAuthError } | { readonly ok: true; readonly release: () => void };
+
+/**
+ * Counts a failure of the address before the costly check it guards (a password), so parallel requests cannot all
+ * pass a check made before any of them was counted (DESIGN.md §7): 429 when the address has none left.
+ */
+export function takeAddressSlot(limiter: FixedWindowLimiter, limits: Pick<FailureLimits, 'addressFailures'>, address: string, now: number): AddressSlot {
+  const reservation = limiter.reserve(addressKey(address), limits.addressFailures, now);
+  return reservation.limited ? { ok: false, error: slowDown(reservation.retryAfterSeconds) } : { ok: true, release: reservation.release };
 }
 
 /** Counts a refused request (4xx other than 429) against its address and, when it names one, its client from that address. */

@@ -1,10 +1,12 @@
 /**
  * Prometheus metrics (DESIGN.md §10) with prom-client, one registry per app (tests build many apps). Served on
- * the `metrics.listen` address only, never on the main listener (server.ts).
+ * the `metrics.listen` address only, never on the main listener: by the primary, which sums its workers' figures
+ * (DESIGN.md §11, prom-client's cluster aggregation).
  */
+import type { Worker } from 'node:cluster';
 import { createServer, type Server } from 'node:http';
 import type { FastifyReply, FastifyRequest } from 'fastify';
-import { Counter, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import { AggregatorRegistry, Counter, Histogram, Registry, collectDefaultMetrics, type MetricObjectWithValues, type MetricValue } from 'prom-client';
 
 export interface Metrics {
   readonly registry: Registry;
@@ -17,9 +19,12 @@ export interface Metrics {
 /** Seconds: request and store latencies of an authorization server sit between 0.1 ms and a few seconds. */
 const BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5];
 
-export function createMetrics(options: { processMetrics: boolean }): Metrics {
-  const registry = new Registry();
-  if (options.processMetrics) collectDefaultMetrics({ register: registry });
+/**
+ * `processMetrics`: prom-client's default metrics (memory, CPU, event-loop lag...). `worker` labels them: they are
+ * figures of one process, kept apart per worker when the primary sums the rest (DESIGN.md §11).
+ */
+export function createMetrics(options: { processMetrics: boolean; worker?: string }): Metrics {
+  const registry = options.processMetrics ? processRegistry(options.worker) : new Registry();
   return {
     registry,
     tokensIssued: new Counter({ name: 'pinpoint_tokens_issued_total', help: 'Access tokens issued, by grant type', labelNames: ['grant_type'], registers: [registry] }),
@@ -71,34 +76,18 @@ export function requestRecorder(metrics: Metrics): RequestRecorder {
   };
 }
 
-/** `store` with each method's latency recorded under its name (one wrapper, not a line in every store). */
-export function measuredStore<S extends object>(store: S, metrics: Metrics): S {
-  // Each method is wrapped once, on first use, not on every call (the store is on the /token path).
-  const wrapped = new Map<string, (...args: unknown[]) => unknown>();
-  return new Proxy(store, {
-    get(target, property, receiver) {
-      const value: unknown = Reflect.get(target, property, receiver);
-      if (typeof value !== 'function' || typeof property !== 'string') return value;
-      let measured = wrapped.get(property);
-      if (measured === undefined) {
-        const histogram = metrics.storeOperations.labels({ operation: property });
-        const method = value as (...a: unknown[]) => unknown;
-        measured = (...args: unknown[]) => {
-          const end = histogram.startTimer();
-          const result = method.apply(target, args);
-          if (result instanceof Promise) return result.finally(end);
-          end();
-          return result;
-        };
-        wrapped.set(property, measured);
-      }
-      return measured;
-    },
-  });
+/** A registry holding the default process metrics, labelled `worker` when given. */
+export function processRegistry(worker?: string): Registry {
+  const registry = new Registry();
+  collectDefaultMetrics({ register: registry, ...(worker !== undefined && { labels: { worker } }) });
+  return registry;
 }
 
+/** What the metrics listener serves: Prometheus text and its content type. */
+export type MetricsText = Pick<Registry, 'metrics' | 'contentType'>;
+
 /** GET /metrics in Prometheus text on `listen`, and nothing else. */
-export async function serveMetrics(metrics: Metrics, listen: { readonly host: string; readonly port: number }): Promise<Server> {
+export async function serveMetrics(metrics: { readonly registry: MetricsText }, listen: { readonly host: string; readonly port: number }): Promise<Server> {
   const server = createServer((request, response) => {
     if (request.method !== 'GET' || request.url?.split('?')[0] !== '/metrics') {
       response.writeHead(404, { 'content-type': 'text/plain' }).end('not found\n');
@@ -114,4 +103,62 @@ export async function serveMetrics(metrics: Metrics, listen: { readonly host: st
     server.listen(listen.port, listen.host, resolve);
   });
   return server;
+}
+
+/** A worker's answer to the primary's request for its figures. */
+interface MetricsMessage {
+  readonly pinpoint: 'metrics';
+  readonly id: number;
+  /** Absent in the primary's request; the worker's registry as JSON in its answer. */
+  readonly metrics?: MetricObjectWithValues<MetricValue<string>>[];
+}
+
+const isMetricsMessage = (message: unknown): message is MetricsMessage =>
+  typeof message === 'object' && message !== null && (message as { pinpoint?: unknown }).pinpoint === 'metrics';
+
+/** How long the primary waits for a worker's figures; a worker that is busy or dying is left out of that scrape. */
+const WORKER_ANSWER_MS = 2000;
+
+/** In a worker: answers the primary's requests with this process's figures. */
+export function answerMetricsRequests(registry: Registry): void {
+  process.on('message', (message: unknown) => {
+    if (!isMetricsMessage(message) || message.metrics !== undefined) return;
+    void registry.getMetricsAsJSON().then((metrics) => {
+      // A worker whose channel closed (it is stopping) has nothing to answer.
+      if (process.connected) process.send?.({ pinpoint: 'metrics', id: message.id, metrics } satisfies MetricsMessage, undefined, {}, () => undefined);
+    });
+  });
+}
+
+/**
+ * In the primary: the sum over `workers` (and the primary's own process figures) with prom-client's cluster
+ * aggregation: counters and histograms add up; labelled per-process figures stay one series per worker.
+ */
+export function clusterMetrics(own: Registry, workers: () => Iterable<Worker>): MetricsText {
+  let nextId = 0;
+  const ask = (worker: Worker, id: number): Promise<MetricObjectWithValues<MetricValue<string>>[]> =>
+    new Promise((resolve) => {
+      const done = (metrics: MetricObjectWithValues<MetricValue<string>>[]): void => {
+        clearTimeout(timer);
+        worker.off('message', onMessage);
+        worker.off('exit', onExit);
+        resolve(metrics);
+      };
+      const onMessage = (message: unknown): void => {
+        if (isMetricsMessage(message) && message.id === id && message.metrics !== undefined) done(message.metrics);
+      };
+      const onExit = (): void => done([]);
+      const timer = setTimeout(() => done([]), WORKER_ANSWER_MS);
+      worker.on('message', onMessage);
+      worker.on('exit', onExit);
+      worker.send({ pinpoint: 'metrics', id } satisfies MetricsMessage, undefined, () => undefined);
+    });
+  return {
+    contentType: own.contentType,
+    async metrics(): Promise<string> {
+      const id = nextId++;
+      const answers = await Promise.all([own.getMetricsAsJSON(), ...[...workers()].map((worker) => ask(worker, id))]);
+      return AggregatorRegistry.aggregate(answers).metrics();
+    },
+  };
 }

@@ -1,4 +1,4 @@
-/** The one small server-rendered layout: sign-in, device entry, approval and error pages. No JavaScript. */
+/** The one small server-rendered layout, its headers and the error page; the other pages' bodies are in templates.ts. No JavaScript. */
 import type { FastifyReply } from 'fastify';
 
 export function escapeHtml(text: string): string {
@@ -91,21 +91,6 @@ export function pageHeaders(reply: FastifyReply, formTargets: readonly string[] 
 
 export function sendPage(reply: FastifyReply, status: number, title: string, body: Html, formTargets: readonly string[] = []): FastifyReply {
   return pageHeaders(reply, formTargets).code(status).send(layout(title, body));
-}
-
-/** What a client asks for, as the approval and consent pages list it. */
-export function scopeList(scope: readonly string[]): Html {
-  const items = scope.length === 0 ? html`<li>no particular scope</li>` : scope.map((value) => html`<li><code>${value}</code></li>`);
-  return html`<ul class="scopes">${items}</ul>`;
-}
-
-/** The sign-out button of Pinpoint's own pages: a POST to /logout with the CSRF token (DESIGN.md §8). */
-export function signOutForm(basePath: string, csrf: string): Html {
-  return html`<form method="post" action="${basePath}/logout" class="sign-out">
-<input type="hidden" name="csrf" value="${csrf}">
-<input type="hidden" name="confirm" value="yes">
-<button type="submit" class="secondary">Sign out</button>
-</form>`;
 }
 
 /** The error page's HTML, also for answers written straight to a socket (requests Node's parser refuses). */

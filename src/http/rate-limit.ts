@@ -7,6 +7,9 @@ export interface RateLimitVerdict {
   readonly retryAfterSeconds: number;
 }
 
+/** A counted event that may be given back: `release` undoes the count, once, while its window lasts. */
+export type Reservation = ({ readonly limited: true } & RateLimitVerdict) | { readonly limited: false; readonly release: () => void };
+
 /** Keys are built from attacker-chosen text (client ids, addresses): longer ones are kept as their digest. */
 const MAX_KEY_LENGTH = 128;
 /** Entries kept at most; beyond it, expired ones go first, then the oldest, so memory stays bounded under any key spray. */
@@ -20,10 +23,6 @@ export class FixedWindowLimiter {
     private readonly maxEntries = MAX_ENTRIES,
   ) {}
 
-  /** How many keys are held now (for tests of the memory bound). */
-  get size(): number {
-    return this.windows.size;
-  }
 
   /** Whether `key` has reached `limit` in its current window, without counting. */
   check(key: string, limit: number, now: number): RateLimitVerdict {
@@ -34,7 +33,31 @@ export class FixedWindowLimiter {
 
   /** Counts one event for `key`. */
   hit(key: string, now: number): void {
+    this.windowOf(boundedKey(key), now).count += 1;
+  }
+
+  /**
+   * Counts one event for `key` unless it has reached `limit`, in one synchronous step, so parallel requests cannot all
+   * pass a check made before any of them was counted (DESIGN.md §7). The count holds unless it is released.
+   */
+  reserve(key: string, limit: number, now: number): Reservation {
+    const verdict = this.check(key, limit, now);
+    if (verdict.limited) return { limited: true, retryAfterSeconds: verdict.retryAfterSeconds };
     const bounded = boundedKey(key);
+    const window = this.windowOf(bounded, now);
+    window.count += 1;
+    let released = false;
+    const release = (): void => {
+      // A window that ended (or was evicted) since is not this reservation's to change.
+      if (released || this.windows.get(bounded) !== window) return;
+      released = true;
+      window.count = Math.max(0, window.count - 1);
+    };
+    return { limited: false, release };
+  }
+
+  /** The live window of a bounded key, started now when there is none. */
+  private windowOf(bounded: string, now: number): { count: number; endsAt: number } {
     let window = this.windows.get(bounded);
     if (window === undefined || window.endsAt <= now) {
       if (window !== undefined) this.windows.delete(bounded);
@@ -43,7 +66,7 @@ export class FixedWindowLimiter {
       // Insertion order is window-start order, which makeRoom relies on.
       this.windows.set(bounded, window);
     }
-    window.count += 1;
+    return window;
   }
 
   private makeRoom(now: number): void {

@@ -1,24 +1,22 @@
 /** The one place errors become responses: JSON for the OAuth endpoints, an HTML page for pages. */
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
 import { OAuthError } from '../policy/oauth-error.js';
-import { StoreUnavailableError } from '../store/unavailable.js';
 import { errorPage } from './pages.js';
-
-/** A store outage: DESIGN.md §7 says 503 temporarily_unavailable, and the server recovers by itself. */
-export const storeUnavailable = (): OAuthError =>
-  new OAuthError('temporarily_unavailable', 'the state store is unreachable; try again shortly', 503, { 'Retry-After': '5' });
 
 /** Turns anything thrown into an OAuthError; unknown failures become server_error (logged, not shown). */
 export function toOAuthError(error: unknown, request: FastifyRequest): OAuthError {
-  if (error instanceof OAuthError) return error;
-  if (error instanceof StoreUnavailableError) {
-    request.log.error({ err: { message: String((error.cause as Error | undefined)?.message ?? error.message) } }, 'state store unavailable');
-    return storeUnavailable();
+  if (error instanceof OAuthError) {
+    // A store outage carries the backend's error: the operator needs it, the client never sees it.
+    if (error.status === 503 && error.cause !== undefined) {
+      request.log.error({ err: { message: String((error.cause as Error | undefined)?.message ?? error.cause) } }, 'state store unavailable');
+    }
+    return error;
   }
   const fastifyError = error as Partial<FastifyError>;
   switch (fastifyError.code) {
     case 'FST_ERR_CTP_BODY_TOO_LARGE':
-      return new OAuthError('invalid_request', 'the request body is larger than 64 KiB', 413);
+      // The limit that refused it: the route's own (16 KiB at /register), else the server's 64 KiB (DESIGN.md §4, §7).
+      return new OAuthError('invalid_request', `the request body is larger than ${kibibytes(request.routeOptions.bodyLimit)}`, 413);
     case 'FST_ERR_CTP_INVALID_MEDIA_TYPE':
       return new OAuthError('invalid_request', 'the body must be application/x-www-form-urlencoded', 415);
     case 'FST_ERR_CTP_INVALID_CONTENT_LENGTH':
@@ -34,6 +32,8 @@ export function toOAuthError(error: unknown, request: FastifyRequest): OAuthErro
   request.log.error({ err: { message: fastifyError.message, stack: fastifyError.stack } }, 'unexpected error');
   return new OAuthError('server_error', 'the server could not complete the request', 500);
 }
+
+const kibibytes = (bytes: number): string => (bytes % 1024 === 0 ? `${bytes / 1024} KiB` : `${bytes} bytes`);
 
 export function sendJsonError(reply: FastifyReply, error: OAuthError): FastifyReply {
   reply.request.outcome = error.code;

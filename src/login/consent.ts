@@ -5,22 +5,34 @@
  * the consent for the redirect origin and resumes the authorization; deny sends access_denied.
  */
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
+import type { ClientDirectory } from '../clients/directory.js';
 import type { ClientRecord } from '../config/types.js';
-import type { AppContext } from '../context.js';
-import { csrfToken, csrfValid, sameBrowser } from '../http/csrf.js';
-import { expiredSignIn, isLoginId } from '../http/login-request.js';
-import { formTargetOf, html, pageHeaders, scopeList, sendPage, signOutForm, type Html } from '../http/pages.js';
+import type { CookieSettings } from '../http/cookies.js';
+import { formTargetOf, pageHeaders, sendPage } from '../http/pages.js';
 import { EMPTY_PARAMS, parseParams, queryOf, single, type Params } from '../http/params.js';
 import { errorRedirect } from '../http/redirects.js';
 import { sendErrorPage } from '../http/render-error.js';
-import { currentSession } from '../http/session.js';
+import { consentPage, type ClientOrigin } from '../http/templates.js';
 import { bounded } from '../log.js';
-import { redirectOriginOf, widenConsent } from '../policy/consent.js';
-import { grantAudience } from '../policy/resource.js';
 import { OAuthError } from '../policy/oauth-error.js';
+import { grantAudience } from '../policy/resource.js';
+import { rememberConsent } from '../session/consent.js';
+import { csrfToken, csrfValid, sameBrowser } from '../session/csrf.js';
+import { expiredSignIn, isLoginId } from '../session/login-request.js';
+import { currentSession } from '../session/session.js';
 import type { ConsentStore, LoginRequestRecord, LoginRequestStore, PendingAuthorization, SessionRecord, SessionStore } from '../store/types.js';
 
-export type ConsentStores = ConsentStore & LoginRequestStore & SessionStore;
+/** What the consent page uses, wired by buildApp. */
+export interface ConsentRouteDeps {
+  readonly store: ConsentStore & LoginRequestStore & SessionStore;
+  readonly clients: Pick<ClientDirectory, 'find'>;
+  readonly now: () => number;
+  readonly cookies: CookieSettings;
+  readonly basePath: string;
+  readonly issuer: string;
+  /** Whether a session's subject is still a user or comes from a configured upstream (DESIGN.md §6). */
+  readonly isKnownSubject: (subject: string) => boolean;
+}
 
 /** The host of a URL, or undefined when it is none. */
 function hostOf(uri: string | undefined): string | undefined {
@@ -37,13 +49,10 @@ function hostOf(uri: string | undefined): string | undefined {
  * Where the client comes from, as far as the server knows (DESIGN.md §8): only a metadata document's URL host is
  * verified (the server fetched the client's description from there); a registered client_uri is the client's own word.
  */
-function origin(client: ClientRecord): Html {
-  if (client.dynamic?.source === 'metadata-document') {
-    return html`Verified: its description is published at <strong>${hostOf(client.clientId) ?? client.clientId}</strong>.`;
-  }
+function originOf(client: ClientRecord): ClientOrigin {
+  if (client.dynamic?.source === 'metadata-document') return { kind: 'verified', host: hostOf(client.clientId) ?? client.clientId };
   const says = hostOf(client.dynamic?.clientUri);
-  if (says === undefined) return html`It did not say where it comes from.`;
-  return html`It says it is from <strong>${says}</strong>; this is not verified.`;
+  return says === undefined ? { kind: 'unknown' } : { kind: 'claimed', host: says };
 }
 
 interface Pending {
@@ -53,92 +62,85 @@ interface Pending {
   readonly session: SessionRecord;
 }
 
-export function consentRoutes(ctx: AppContext, store: ConsentStores): FastifyPluginAsync {
-  /** The login request, its client and the session; an error page when any is missing or from another browser. */
-  async function load(request: FastifyRequest, loginId: string | undefined): Promise<Pending | OAuthError> {
-    const now = ctx.now();
-    const record = isLoginId(loginId) ? await store.findLoginRequest(loginId, now) : undefined;
-    if (record === undefined || record.purpose.kind !== 'authorize' || !sameBrowser(ctx.cookies, request, record.browser)) return expiredSignIn();
-    const session = await currentSession({ store, cookies: ctx.cookies, isKnownSubject: ctx.isKnownSubject }, request, now);
-    const client = await ctx.clients.find(record.purpose.authorization.clientId);
-    if (session === undefined || client === undefined) return expiredSignIn();
-    return { record, authorization: record.purpose.authorization, client, session };
-  }
+/** The login request, its client and the session; an error page when any is missing or from another browser. */
+async function load(deps: ConsentRouteDeps, request: FastifyRequest, loginId: string | undefined): Promise<Pending | OAuthError> {
+  const now = deps.now();
+  const record = isLoginId(loginId) ? await deps.store.findLoginRequest(loginId, now) : undefined;
+  if (record === undefined || record.purpose.kind !== 'authorize' || !sameBrowser(deps.cookies, request, record.browser)) return expiredSignIn();
+  const session = await currentSession(deps, request, now);
+  const client = await deps.clients.find(record.purpose.authorization.clientId);
+  if (session === undefined || client === undefined) return expiredSignIn();
+  return { record, authorization: record.purpose.authorization, client, session };
+}
 
-  function page(request: FastifyRequest, reply: FastifyReply, pending: Pending): FastifyReply {
-    const { client, authorization, session, record } = pending;
-    const csrf = csrfToken(ctx.cookies, request, reply);
-    const name = client.dynamic?.clientName ?? client.clientId;
-    const returnsTo = hostOf(authorization.redirectUri);
-    const resources = grantAudience({ client, issuer: ctx.issuer, scope: authorization.scope, resources: authorization.resources });
-    const target = formTargetOf(authorization.redirectUri);
-    return sendPage(
-      reply,
-      200,
-      'Allow access?',
-      html`<h1>Allow ${name}?</h1>
-<p><strong>${name}</strong> asks to act on your behalf.</p>
-<p class="muted">${origin(client)} After your answer you go back to <strong>${returnsTo ?? authorization.redirectUri}</strong>.</p>
-<p>It asks for:</p>
-${scopeList(authorization.scope)}
-<p>for these services:</p>
-<ul class="resources">${resources.map((resource) => html`<li><code>${resource}</code></li>`)}</ul>
-<p class="muted">Signed in as ${session.claims.name ?? session.subject}.</p>
-<form method="post" action="${ctx.config.basePath}/consent">
-<input type="hidden" name="csrf" value="${csrf}">
-<input type="hidden" name="login" value="${record.id}">
-<button type="submit" name="decision" value="allow">Allow</button>
-<button type="submit" name="decision" value="deny" class="secondary">Deny</button>
-</form>
-${signOutForm(ctx.config.basePath, csrf)}`,
-      target === undefined ? [] : [target],
-    );
-  }
+function showPage(deps: ConsentRouteDeps, request: FastifyRequest, reply: FastifyReply, pending: Pending): FastifyReply {
+  const { client, authorization, session, record } = pending;
+  const target = formTargetOf(authorization.redirectUri);
+  const body = consentPage({
+    basePath: deps.basePath,
+    csrf: csrfToken(deps.cookies, request, reply),
+    loginId: record.id,
+    clientName: client.dynamic?.clientName ?? client.clientId,
+    origin: originOf(client),
+    returnsTo: hostOf(authorization.redirectUri) ?? authorization.redirectUri,
+    scope: authorization.scope,
+    resources: grantAudience({ client, issuer: deps.issuer, scope: authorization.scope, resources: authorization.resources }),
+    signedInAs: session.claims.name ?? session.subject,
+  });
+  return sendPage(reply, 200, 'Allow access?', body, target === undefined ? [] : [target]);
+}
 
+async function deny(deps: ConsentRouteDeps, request: FastifyRequest, reply: FastifyReply, pending: Pending): Promise<FastifyReply> {
+  const { authorization, client, session, record } = pending;
+  await deps.store.takeLoginRequest(record.id, deps.now());
+  request.outcome = 'access_denied';
+  request.log.info({ audit: true, event: 'consent', outcome: 'denied', subject: session.subject, client_id: bounded(client.clientId) }, 'consent denied');
+  const error = new OAuthError('access_denied', 'the person denied the request');
+  return pageHeaders(reply).redirect(errorRedirect(deps.issuer, authorization.redirectUri, error, authorization.state), 303);
+}
+
+async function allow(deps: ConsentRouteDeps, request: FastifyRequest, reply: FastifyReply, pending: Pending): Promise<FastifyReply> {
+  const { authorization, client, session, record } = pending;
+  const answer = { subject: session.subject, clientId: client.clientId, authorization, askedAt: record.createdAt };
+  const allowed = await rememberConsent(deps.store, answer, deps.now());
+  request.outcome = 'ok';
+  request.log.info(
+    {
+      audit: true,
+      event: 'consent',
+      outcome: 'given',
+      subject: session.subject,
+      client_id: bounded(client.clientId),
+      scope: allowed.scope.join(' '),
+      resources: allowed.wholeAudience ? 'all' : allowed.resources,
+      redirect_origin: bounded(allowed.redirectOrigin),
+    },
+    'consent given',
+  );
+  return pageHeaders(reply).redirect(`${deps.basePath}/authorize/resume?login=${record.id}`, 303);
+}
+
+async function answer(deps: ConsentRouteDeps, request: FastifyRequest, reply: FastifyReply): Promise<FastifyReply> {
+  const form = (request.body as Params | undefined) ?? EMPTY_PARAMS;
+  if (!csrfValid(deps.cookies, request, single(form, 'csrf'))) {
+    return sendErrorPage(reply, new OAuthError('invalid_request', 'the consent form expired; start again from the application'));
+  }
+  const pending = await load(deps, request, single(form, 'login'));
+  if (pending instanceof OAuthError) return sendErrorPage(reply, pending);
+  request.clientId = pending.client.clientId;
+  const decision = single(form, 'decision');
+  if (decision === 'deny') return deny(deps, request, reply, pending);
+  if (decision !== 'allow') return sendErrorPage(reply, new OAuthError('invalid_request', 'decision must be allow or deny'));
+  return allow(deps, request, reply, pending);
+}
+
+export function consentRoutes(deps: ConsentRouteDeps): FastifyPluginAsync {
   return async (app) => {
     app.get('/consent', { config: { page: true } }, async (request, reply) => {
-      const pending = await load(request, single(parseParams(queryOf(request.url)), 'login'));
+      const pending = await load(deps, request, single(parseParams(queryOf(request.url)), 'login'));
       if (pending instanceof OAuthError) return sendErrorPage(reply, pending);
-      return page(request, reply, pending);
+      return showPage(deps, request, reply, pending);
     });
-
-    app.post('/consent', { config: { page: true } }, async (request, reply) => {
-      const form = (request.body as Params | undefined) ?? EMPTY_PARAMS;
-      if (!csrfValid(ctx.cookies, request, single(form, 'csrf'))) return sendErrorPage(reply, new OAuthError('invalid_request', 'the consent form expired; start again from the application'));
-      const pending = await load(request, single(form, 'login'));
-      if (pending instanceof OAuthError) return sendErrorPage(reply, pending);
-      const { authorization, client, session, record } = pending;
-      const decision = single(form, 'decision');
-      const now = ctx.now();
-      request.clientId = client.clientId;
-      if (decision === 'deny') {
-        await store.takeLoginRequest(record.id, now);
-        request.outcome = 'access_denied';
-        request.log.info({ audit: true, event: 'consent', outcome: 'denied', subject: session.subject, client_id: bounded(client.clientId) }, 'consent denied');
-        const error = new OAuthError('access_denied', 'the person denied the request');
-        return pageHeaders(reply).redirect(errorRedirect(ctx.issuer, authorization.redirectUri, error, authorization.state), 303);
-      }
-      if (decision !== 'allow') return sendErrorPage(reply, new OAuthError('invalid_request', 'decision must be allow or deny'));
-      const redirectOrigin = redirectOriginOf(authorization.redirectUri);
-      const before = await store.findConsent(session.subject, client.clientId, redirectOrigin);
-      const asked = { scope: authorization.scope, resources: authorization.resources, redirectOrigin, promptConsent: false, askedAt: record.createdAt };
-      const allowed = widenConsent(before, asked, now);
-      await store.saveConsent({ subject: session.subject, clientId: client.clientId, ...allowed });
-      request.outcome = 'ok';
-      request.log.info(
-        {
-          audit: true,
-          event: 'consent',
-          outcome: 'given',
-          subject: session.subject,
-          client_id: bounded(client.clientId),
-          scope: allowed.scope.join(' '),
-          resources: allowed.wholeAudience ? 'all' : allowed.resources,
-          redirect_origin: bounded(redirectOrigin),
-        },
-        'consent given',
-      );
-      return pageHeaders(reply).redirect(`${ctx.config.basePath}/authorize/resume?login=${record.id}`, 303);
-    });
+    app.post('/consent', { config: { page: true } }, async (request, reply) => answer(deps, request, reply));
   };
 }

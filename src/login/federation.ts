@@ -2,20 +2,37 @@
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import * as oidc from 'openid-client';
 import type { FederationRecord } from '../config/types.js';
-import type { AppContext } from '../context.js';
-import { browserBinding, sameBrowser } from '../http/csrf.js';
-import { expiredSignIn, isLoginId } from '../http/login-request.js';
+import type { CookieSettings } from '../http/cookies.js';
 import { pageHeaders } from '../http/pages.js';
-import { parseParams, queryOf, single } from '../http/params.js';
+import { parseParams, queryOf, single, type Params } from '../http/params.js';
 import { sendErrorPage } from '../http/render-error.js';
-import { startSession } from '../http/session.js';
-import { OAuthError } from '../policy/oauth-error.js';
-import type { FederationStateStore, LoginRequestStore, SessionStore, SubjectClaims, SubjectClaimsStore } from '../store/types.js';
 import { bounded } from '../log.js';
+import { OAuthError } from '../policy/oauth-error.js';
+import { browserBinding, sameBrowser } from '../session/csrf.js';
+import { expiredSignIn, isLoginId } from '../session/login-request.js';
+import { startSession } from '../session/session.js';
+import type {
+  FederationStateRecord,
+  FederationStateStore,
+  LoginRequestStore,
+  SessionStore,
+  SubjectClaims,
+  SubjectClaimsStore,
+} from '../store/types.js';
 import { finishSignIn } from './finish.js';
 
-/** The state upstream sign-in reads and changes. */
-export type FederationStores = FederationStateStore & LoginRequestStore & SessionStore & SubjectClaimsStore;
+/** What upstream sign-in uses, wired by buildApp. */
+export interface FederationRouteDeps {
+  readonly store: FederationStateStore & LoginRequestStore & SessionStore & SubjectClaimsStore;
+  readonly now: () => number;
+  readonly cookies: CookieSettings;
+  readonly basePath: string;
+  /** This server's issuer: the callback URLs registered upstream are under it. */
+  readonly issuer: string;
+  /** The configured upstreams by name. */
+  readonly federations: ReadonlyMap<string, FederationRecord>;
+  readonly sessionLifetimeMs: number;
+}
 
 const PENDING_LIFETIME_MS = 10 * 60_000;
 /** Claims of upstream subjects outlive the session so /userinfo can answer for refreshed tokens. */
@@ -68,13 +85,12 @@ function upstreamAnswer(error: Error): Record<string, string> {
   return {};
 }
 
-export function federationRoutes(ctx: AppContext, store: FederationStores): FastifyPluginAsync {
-  /** One callback per upstream (DESIGN.md §7): a response's path says which upstream it claims to come from. */
-  const callbackUrl = (upstream: FederationRecord): string => `${ctx.issuer}/federation/${encodeURIComponent(upstream.name)}/callback`;
-  /** Discovery per upstream; a failed attempt is forgotten so the next sign-in tries again. */
-  const discovered = new Map<string, Promise<oidc.Configuration>>();
+/** Discovery per upstream, kept for the plugin's life; a failed attempt is forgotten so the next sign-in tries again. */
+type Discovery = (upstream: FederationRecord) => Promise<oidc.Configuration>;
 
-  function configurationOf(upstream: FederationRecord): Promise<oidc.Configuration> {
+function cachedDiscovery(): Discovery {
+  const discovered = new Map<string, Promise<oidc.Configuration>>();
+  return (upstream) => {
     const cached = discovered.get(upstream.name);
     if (cached !== undefined) return cached;
     const issuer = new URL(upstream.issuer);
@@ -87,149 +103,201 @@ export function federationRoutes(ctx: AppContext, store: FederationStores): Fast
       if (discovered.get(upstream.name) === pending) discovered.delete(upstream.name);
     });
     return pending;
-  }
+  };
+}
 
-  /** Every upstream failure is a 502 page; the log says which step failed and how, without secrets. */
-  function upstreamFailed(
-    request: FastifyRequest,
-    reply: FastifyReply,
-    upstream: FederationRecord,
-    stage: 'discovery' | 'code exchange',
-    error: unknown,
-  ): FastifyReply {
-    request.log.warn({ upstream: upstream.name, stage, ...describeFailure(error) }, 'upstream sign-in failed');
-    return sendErrorPage(reply, stage === 'discovery' || isNetworkFailure(error) ? unreachable(upstream) : failedExchange(upstream));
-  }
+/** One callback per upstream (DESIGN.md §7): a response's path says which upstream it claims to come from. */
+const callbackUrl = (issuer: string, upstream: FederationRecord): string => `${issuer}/federation/${encodeURIComponent(upstream.name)}/callback`;
 
-  /** The person's identity from the ID token, completed from userinfo when the ID token lacks email or name. */
-  async function identityOf(
-    request: FastifyRequest,
-    upstream: FederationRecord,
-    configuration: oidc.Configuration,
-    tokens: oidc.TokenEndpointResponse,
-    idToken: oidc.IDToken,
-  ): Promise<{ claims: Record<string, unknown>; identity: SubjectClaims }> {
-    let claims: Record<string, unknown> = { ...idToken };
-    const wantsMore =
-      (claims.email === undefined && upstream.scopes.includes('email')) || (claims.name === undefined && upstream.scopes.includes('profile'));
-    if (wantsMore && configuration.serverMetadata().userinfo_endpoint !== undefined) {
-      try {
-        const userinfo = await oidc.fetchUserInfo(configuration, tokens.access_token, idToken.sub);
-        claims = { ...userinfo, ...claims };
-      } catch (error) {
-        request.log.warn({ upstream: upstream.name, stage: 'userinfo', ...describeFailure(error) }, 'upstream userinfo failed; continuing with the ID token');
-      }
+type Stage = 'discovery' | 'code exchange';
+
+/** Every upstream failure is a 502 page; the log says which step failed and how, without secrets. */
+function upstreamFailed(request: FastifyRequest, reply: FastifyReply, upstream: FederationRecord, stage: Stage, error: unknown): FastifyReply {
+  request.log.warn({ upstream: upstream.name, stage, ...describeFailure(error) }, 'upstream sign-in failed');
+  return sendErrorPage(reply, stage === 'discovery' || isNetworkFailure(error) ? unreachable(upstream) : failedExchange(upstream));
+}
+
+/** The person's identity from the ID token, completed from userinfo when the ID token lacks email or name. */
+async function identityOf(
+  request: FastifyRequest,
+  upstream: FederationRecord,
+  configuration: oidc.Configuration,
+  tokens: oidc.TokenEndpointResponse,
+  idToken: oidc.IDToken,
+): Promise<{ claims: Record<string, unknown>; identity: SubjectClaims }> {
+  let claims: Record<string, unknown> = { ...idToken };
+  const wantsMore =
+    (claims.email === undefined && upstream.scopes.includes('email')) || (claims.name === undefined && upstream.scopes.includes('profile'));
+  if (wantsMore && configuration.serverMetadata().userinfo_endpoint !== undefined) {
+    try {
+      const userinfo = await oidc.fetchUserInfo(configuration, tokens.access_token, idToken.sub);
+      claims = { ...userinfo, ...claims };
+    } catch (error) {
+      request.log.warn({ upstream: upstream.name, stage: 'userinfo', ...describeFailure(error) }, 'upstream userinfo failed; continuing with the ID token');
     }
-    // DESIGN.md §7: an address is passed on only when the upstream says it verified it.
-    const email = typeof claims.email === 'string' && claims.email_verified === true ? claims.email : undefined;
-    const name = typeof claims.name === 'string' ? claims.name : undefined;
-    return { claims, identity: { ...(email !== undefined && { email }), ...(name !== undefined && { name }) } };
   }
+  // DESIGN.md §7: an address is passed on only when the upstream says it verified it.
+  const email = typeof claims.email === 'string' && claims.email_verified === true ? claims.email : undefined;
+  const name = typeof claims.name === 'string' ? claims.name : undefined;
+  return { claims, identity: { ...(email !== undefined && { email }), ...(name !== undefined && { name }) } };
+}
 
+/** Keeps state, nonce and PKCE verifier on the server, bound to this browser; the upstream's authorization URL. */
+async function authorizationUrl(
+  deps: FederationRouteDeps,
+  request: FastifyRequest,
+  reply: FastifyReply,
+  configuration: oidc.Configuration,
+  upstream: FederationRecord,
+  loginId: string,
+): Promise<URL> {
+  const state = oidc.randomState();
+  const nonce = oidc.randomNonce();
+  const codeVerifier = oidc.randomPKCECodeVerifier();
+  await deps.store.saveFederationState({
+    state,
+    loginId,
+    upstream: upstream.name,
+    codeVerifier,
+    nonce,
+    browser: browserBinding(deps.cookies, request, reply),
+    expiresAt: deps.now() + PENDING_LIFETIME_MS,
+  });
+  return oidc.buildAuthorizationUrl(configuration, {
+    redirect_uri: callbackUrl(deps.issuer, upstream),
+    scope: upstream.scopes.join(' '),
+    code_challenge: await oidc.calculatePKCECodeChallenge(codeVerifier),
+    code_challenge_method: 'S256',
+    state,
+    nonce,
+  });
+}
+
+/** GET /federation/start: sends the browser to the upstream named on the sign-in page. */
+async function startUpstream(deps: FederationRouteDeps, discover: Discovery, request: FastifyRequest, reply: FastifyReply): Promise<FastifyReply> {
+  const params = parseParams(queryOf(request.url));
+  const loginId = single(params, 'login');
+  const pending = isLoginId(loginId) ? await deps.store.findLoginRequest(loginId, deps.now()) : undefined;
+  if (pending === undefined) return sendErrorPage(reply, expiredSignIn());
+  const upstream = deps.federations.get(single(params, 'upstream') ?? '');
+  if (upstream === undefined) return sendErrorPage(reply, unknownUpstream());
+  let configuration: oidc.Configuration;
+  try {
+    configuration = await discover(upstream);
+  } catch (error) {
+    return upstreamFailed(request, reply, upstream, 'discovery', error);
+  }
+  const target = await authorizationUrl(deps, request, reply, configuration, upstream, pending.id);
+  request.outcome = 'ok';
+  return pageHeaders(reply).redirect(target.href, 303);
+}
+
+interface AnsweredSignIn {
+  readonly pending: FederationStateRecord;
+  readonly upstream: FederationRecord;
+}
+
+/**
+ * The upstream sign-in an answer continues: from this browser, on its own upstream's callback, then taken once
+ * (a refused answer leaves the sign-in to its own browser): one answer per state.
+ */
+async function takeAnsweredSignIn(deps: FederationRouteDeps, request: FastifyRequest, named: string, params: Params): Promise<AnsweredSignIn | OAuthError> {
+  const state = single(params, 'state');
+  const pending =
+    state === undefined || !STATE_PATTERN.test(state) || (params.get('state')?.length ?? 0) > 1
+      ? undefined
+      : await deps.store.findFederationState(state, deps.now());
+  const upstream = pending === undefined ? undefined : deps.federations.get(pending.upstream);
+  if (pending === undefined || upstream === undefined || !sameBrowser(deps.cookies, request, pending.browser)) return expiredUpstreamSignIn();
+  // RFC 9207 mix-up defence: the response must come back on its own upstream's callback, and name that issuer when it names one.
+  const issuer = single(params, 'iss');
+  if (upstream.name !== named || (issuer !== undefined && issuer !== upstream.issuer)) {
+    request.log.warn({ upstream: upstream.name, callback: named.slice(0, 64) }, 'upstream response meant for another upstream');
+    return new OAuthError('invalid_request', 'this answer does not come from the sign-in method it was sent to; start again from the application');
+  }
+  if ((await deps.store.takeFederationState(pending.state, deps.now())) === undefined) return expiredUpstreamSignIn();
+  return { pending, upstream };
+}
+
+/** The upstream's own refusal (an `error` in its answer), passed on as access_denied with the code when it is well-formed. */
+function upstreamRefused(request: FastifyRequest, reply: FastifyReply, upstream: FederationRecord, upstreamError: string): FastifyReply {
+  const code = ERROR_CODE_PATTERN.test(upstreamError) ? upstreamError : 'an invalid error code';
+  request.log.info({ upstream: upstream.name, upstreamError: code }, 'upstream refused the sign-in');
+  return sendErrorPage(reply, new OAuthError('access_denied', `${upstream.name} did not sign you in (it answered "${code}")`, 400));
+}
+
+type Exchange =
+  | { readonly ok: true; readonly configuration: oidc.Configuration; readonly tokens: oidc.TokenEndpointResponse; readonly idToken: oidc.IDToken }
+  | { readonly ok: false; readonly stage: Stage; readonly error: unknown };
+
+/** Exchanges the upstream's code for its tokens (openid-client checks state, iss per RFC 9207, PKCE and the ID token). */
+async function exchangeCode(issuer: string, discover: Discovery, answered: AnsweredSignIn, query: string): Promise<Exchange> {
+  const { pending, upstream } = answered;
+  let configuration: oidc.Configuration;
+  try {
+    configuration = await discover(upstream);
+  } catch (error) {
+    return { ok: false, stage: 'discovery', error };
+  }
+  try {
+    // openid-client checks the ID token's signature, iss, aud, exp and nonce.
+    const tokens = await oidc.authorizationCodeGrant(configuration, new URL(`${callbackUrl(issuer, upstream)}?${query}`), {
+      expectedState: pending.state,
+      expectedNonce: pending.nonce,
+      pkceCodeVerifier: pending.codeVerifier,
+      idTokenExpected: true,
+    });
+    const idToken = tokens.claims();
+    if (idToken === undefined) throw new Error('the token response has no ID token');
+    return { ok: true, configuration, tokens, idToken };
+  } catch (error) {
+    return { ok: false, stage: 'code exchange', error };
+  }
+}
+
+/** The session for the upstream's subject (`upstream:value`, DESIGN.md §7), then back to what the sign-in was for. */
+async function signInAs(
+  deps: FederationRouteDeps,
+  request: FastifyRequest,
+  reply: FastifyReply,
+  answered: AnsweredSignIn,
+  exchange: Extract<Exchange, { ok: true }>,
+): Promise<FastifyReply> {
+  const { pending, upstream } = answered;
+  const { claims, identity } = await identityOf(request, upstream, exchange.configuration, exchange.tokens, exchange.idToken);
+  const subjectValue = upstream.subjectClaim === undefined ? exchange.idToken.sub : claims[upstream.subjectClaim];
+  if (typeof subjectValue !== 'string' || subjectValue === '') {
+    request.log.warn({ upstream: upstream.name, subjectClaim: upstream.subjectClaim }, 'upstream sent no usable subject claim');
+    return sendErrorPage(reply, failedExchange(upstream));
+  }
+  const subject = `${upstream.name}:${subjectValue}`;
+  const now = deps.now();
+  const login = await deps.store.findLoginRequest(pending.loginId, now);
+  if (login === undefined) return sendErrorPage(reply, expiredSignIn());
+  await startSession(deps.store, reply, { cookies: deps.cookies, lifetimeMs: deps.sessionLifetimeMs, now }, subject, identity);
+  await deps.store.saveSubjectClaims(subject, identity, now + SUBJECT_CLAIMS_LIFETIME_MS);
+  request.log.info({ audit: true, event: 'sign_in', outcome: 'success', user: bounded(subject), method: `federation:${upstream.name}`, address: request.ip }, 'signed in');
+  return finishSignIn(deps.store, reply, deps.basePath, login, now);
+}
+
+/** GET /federation/{name}/callback: the upstream's answer, checked, exchanged, then a session. */
+async function upstreamCallback(deps: FederationRouteDeps, discover: Discovery, request: FastifyRequest, reply: FastifyReply): Promise<FastifyReply> {
+  const named = (request.params as { upstream: string }).upstream;
+  const query = queryOf(request.url);
+  const params = parseParams(query);
+  const answered = await takeAnsweredSignIn(deps, request, named, params);
+  if (answered instanceof OAuthError) return sendErrorPage(reply, answered);
+  const upstreamError = single(params, 'error');
+  if (upstreamError !== undefined) return upstreamRefused(request, reply, answered.upstream, upstreamError);
+  const exchange = await exchangeCode(deps.issuer, discover, answered, query);
+  if (!exchange.ok) return upstreamFailed(request, reply, answered.upstream, exchange.stage, exchange.error);
+  return signInAs(deps, request, reply, answered, exchange);
+}
+
+export function federationRoutes(deps: FederationRouteDeps): FastifyPluginAsync {
+  const discover = cachedDiscovery();
   return async (app) => {
-    app.get('/federation/start', { config: { page: true } }, async (request, reply) => {
-      const params = parseParams(queryOf(request.url));
-      const loginId = single(params, 'login');
-      const pending = isLoginId(loginId) ? await store.findLoginRequest(loginId, ctx.now()) : undefined;
-      if (pending === undefined) return sendErrorPage(reply, expiredSignIn());
-      const upstream = ctx.config.federations.get(single(params, 'upstream') ?? '');
-      if (upstream === undefined) return sendErrorPage(reply, unknownUpstream());
-
-      let configuration: oidc.Configuration;
-      try {
-        configuration = await configurationOf(upstream);
-      } catch (error) {
-        return upstreamFailed(request, reply, upstream, 'discovery', error);
-      }
-      const state = oidc.randomState();
-      const nonce = oidc.randomNonce();
-      const codeVerifier = oidc.randomPKCECodeVerifier();
-      await store.saveFederationState({
-        state,
-        loginId: pending.id,
-        upstream: upstream.name,
-        codeVerifier,
-        nonce,
-        browser: browserBinding(ctx.cookies, request, reply),
-        expiresAt: ctx.now() + PENDING_LIFETIME_MS,
-      });
-      const target = oidc.buildAuthorizationUrl(configuration, {
-        redirect_uri: callbackUrl(upstream),
-        scope: upstream.scopes.join(' '),
-        code_challenge: await oidc.calculatePKCECodeChallenge(codeVerifier),
-        code_challenge_method: 'S256',
-        state,
-        nonce,
-      });
-      request.outcome = 'ok';
-      return pageHeaders(reply).redirect(target.href, 303);
-    });
-
-    app.get('/federation/:upstream/callback', { config: { page: true } }, async (request, reply) => {
-      const named = (request.params as { upstream: string }).upstream;
-      const query = queryOf(request.url);
-      const params = parseParams(query);
-      const state = single(params, 'state');
-      const pending =
-        state === undefined || !STATE_PATTERN.test(state) || (params.get('state')?.length ?? 0) > 1
-          ? undefined
-          : await store.findFederationState(state, ctx.now());
-      const upstream = pending === undefined ? undefined : ctx.config.federations.get(pending.upstream);
-      if (pending === undefined || upstream === undefined || !sameBrowser(ctx.cookies, request, pending.browser)) {
-        return sendErrorPage(reply, expiredUpstreamSignIn());
-      }
-      // RFC 9207 mix-up defence: the response must come back on its own upstream's callback, and name that issuer when it names one.
-      const issuer = single(params, 'iss');
-      if (upstream.name !== named || (issuer !== undefined && issuer !== upstream.issuer)) {
-        request.log.warn({ upstream: upstream.name, callback: named.slice(0, 64) }, 'upstream response meant for another upstream');
-        return sendErrorPage(reply, new OAuthError('invalid_request', 'this answer does not come from the sign-in method it was sent to; start again from the application'));
-      }
-      // Checked, now taken once (a refused answer above leaves the sign-in to its own browser): one answer per state.
-      if ((await store.takeFederationState(pending.state, ctx.now())) === undefined) return sendErrorPage(reply, expiredUpstreamSignIn());
-
-      const upstreamError = single(params, 'error');
-      if (upstreamError !== undefined) {
-        const code = ERROR_CODE_PATTERN.test(upstreamError) ? upstreamError : 'an invalid error code';
-        request.log.info({ upstream: upstream.name, upstreamError: code }, 'upstream refused the sign-in');
-        return sendErrorPage(reply, new OAuthError('access_denied', `${upstream.name} did not sign you in (it answered "${code}")`, 400));
-      }
-
-      let configuration: oidc.Configuration;
-      try {
-        configuration = await configurationOf(upstream);
-      } catch (error) {
-        return upstreamFailed(request, reply, upstream, 'discovery', error);
-      }
-      let tokens: oidc.TokenEndpointResponse & oidc.TokenEndpointResponseHelpers;
-      let idToken: oidc.IDToken | undefined;
-      try {
-        // openid-client checks state, iss (RFC 9207), PKCE, and the ID token's signature, iss, aud, exp and nonce.
-        tokens = await oidc.authorizationCodeGrant(configuration, new URL(`${callbackUrl(upstream)}?${query}`), {
-          expectedState: state,
-          expectedNonce: pending.nonce,
-          pkceCodeVerifier: pending.codeVerifier,
-          idTokenExpected: true,
-        });
-        idToken = tokens.claims();
-        if (idToken === undefined) throw new Error('the token response has no ID token');
-      } catch (error) {
-        return upstreamFailed(request, reply, upstream, 'code exchange', error);
-      }
-
-      const { claims, identity } = await identityOf(request, upstream, configuration, tokens, idToken);
-      const subjectValue = upstream.subjectClaim === undefined ? idToken.sub : claims[upstream.subjectClaim];
-      if (typeof subjectValue !== 'string' || subjectValue === '') {
-        request.log.warn({ upstream: upstream.name, subjectClaim: upstream.subjectClaim }, 'upstream sent no usable subject claim');
-        return sendErrorPage(reply, failedExchange(upstream));
-      }
-      const subject = `${upstream.name}:${subjectValue}`;
-      const now = ctx.now();
-      const login = await store.findLoginRequest(pending.loginId, now);
-      if (login === undefined) return sendErrorPage(reply, expiredSignIn());
-      await startSession(store, reply, { cookies: ctx.cookies, lifetimeMs: ctx.sessionLifetimeMs, now }, subject, identity);
-      await store.saveSubjectClaims(subject, identity, now + SUBJECT_CLAIMS_LIFETIME_MS);
-      request.log.info({ audit: true, event: 'sign_in', outcome: 'success', user: bounded(subject), method: `federation:${upstream.name}`, address: request.ip }, 'signed in');
-      return finishSignIn(store, reply, ctx.config.basePath, login, now);
-    });
+    app.get('/federation/start', { config: { page: true } }, async (request, reply) => startUpstream(deps, discover, request, reply));
+    app.get('/federation/:upstream/callback', { config: { page: true } }, async (request, reply) => upstreamCallback(deps, discover, request, reply));
   };
 }

@@ -1,6 +1,6 @@
 /** After any sign-in (local or upstream): send the browser back to what the sign-in was for. Never calls protocol code. */
 import type { FastifyReply } from 'fastify';
-import { expiredSignIn } from '../http/login-request.js';
+import { expiredSignIn } from '../session/login-request.js';
 import { pageHeaders } from '../http/pages.js';
 import { sendErrorPage } from '../http/render-error.js';
 import type { LoginRequestRecord, LoginRequestStore } from '../store/types.js';

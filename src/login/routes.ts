@@ -1,27 +1,55 @@
 /** GET/POST /login: the local sign-in form (DESIGN.md §4 "Sign-in page contract"). */
-import { randomBytes } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
-import type { AppContext } from '../context.js';
+import type { Registry } from 'prom-client';
+import type { UserRecord } from '../config/types.js';
 import { digestOf } from '../crypto/digest.js';
-import { hashPassword, verifyPassword } from '../crypto/password.js';
-import { countFailure, tooManyFailures } from '../http/failure-limit.js';
-import { csrfToken, csrfValid } from '../http/csrf.js';
-import { expiredSignIn, isLoginId } from '../http/login-request.js';
-import { formTargetOf, html, sendPage } from '../http/pages.js';
+import { PasswordCheckUnavailableError, PasswordPool } from '../crypto/password-pool.js';
+import type { CookieSettings } from '../http/cookies.js';
+import { takeAddressSlot } from '../http/failure-limit.js';
+import { formTargetOf, sendPage } from '../http/pages.js';
 import { EMPTY_PARAMS, single, type Params } from '../http/params.js';
+import type { FixedWindowLimiter } from '../http/rate-limit.js';
 import { sendErrorPage } from '../http/render-error.js';
-import { startSession } from '../http/session.js';
-import type { AttemptStore, LoginRequestRecord, LoginRequestStore, SessionStore } from '../store/types.js';
+import { signInPage } from '../http/templates.js';
 import { bounded } from '../log.js';
+import { csrfToken, csrfValid } from '../session/csrf.js';
+import { expiredSignIn, isLoginId } from '../session/login-request.js';
+import { startSession } from '../session/session.js';
+import type { AttemptStore, LoginRequestRecord, LoginRequestStore, SessionStore } from '../store/types.js';
 import { finishSignIn } from './finish.js';
 
 /** The slow-down beyond login_failures_any grows by this much per further wrong password, up to MAX_SLOWDOWN_MS (DESIGN.md §7). */
 const SLOWDOWN_STEP_MS = 250;
 const MAX_SLOWDOWN_MS = 5000;
 
-/** The state sign-in reads and changes. */
-export type SignInStores = SessionStore & LoginRequestStore & AttemptStore;
+/** The limits sign-in applies (DESIGN.md §7 and §11), from the `limits` block. */
+export interface SignInLimits {
+  readonly addressFailures: number;
+  readonly loginFailures: number;
+  readonly loginFailuresAny: number;
+  readonly loginWindowMs: number;
+  readonly passwordHashes: number;
+  readonly passwordWaitMs: number;
+  readonly passwordChecksWaiting: number;
+}
+
+/** What the sign-in form uses, wired by buildApp. */
+export interface LoginRouteDeps {
+  readonly store: SessionStore & LoginRequestStore & AttemptStore;
+  readonly now: () => number;
+  readonly cookies: CookieSettings;
+  readonly basePath: string;
+  readonly users: ReadonlyMap<string, UserRecord>;
+  /** Names of the configured upstreams, offered as buttons beside the form. */
+  readonly upstreams: readonly string[];
+  /** The per-address failure counter every endpoint shares (DESIGN.md §7). */
+  readonly failures: FixedWindowLimiter;
+  readonly limits: SignInLimits;
+  readonly sessionLifetimeMs: number;
+  /** Where the password pool's gauges are registered. */
+  readonly metricsRegistry: Registry;
+}
 
 interface FormState {
   readonly loginId: string;
@@ -30,114 +58,151 @@ interface FormState {
   readonly message?: string;
 }
 
-function signInBody(ctx: AppContext, csrf: string, state: FormState): ReturnType<typeof html> {
-  const clientLine =
-    state.pending.purpose.kind === 'authorize'
-      ? html`<p class="muted">to continue to <strong>${state.pending.purpose.authorization.clientId}</strong></p>`
-      : html`<p class="muted">to approve a device</p>`;
-  const upstreams = [...ctx.config.federations.values()].map(
-    (upstream) =>
-      html`<li><a class="button" href="${ctx.config.basePath}/federation/start?login=${state.loginId}&amp;upstream=${encodeURIComponent(upstream.name)}">Sign in with ${upstream.name}</a></li>`,
-  );
-  const localForm =
-    ctx.config.users.size === 0
-      ? html``
-      : html`<form method="post" action="${ctx.config.basePath}/login">
-<input type="hidden" name="csrf" value="${csrf}">
-<input type="hidden" name="login" value="${state.loginId}">
-<label for="username">Username</label>
-<input type="text" id="username" name="username" autocomplete="username" autocapitalize="none" spellcheck="false" required value="${state.username ?? ''}">
-<label for="password">Password</label>
-<input type="password" id="password" name="password" autocomplete="current-password" required>
-<button type="submit">Sign in</button>
-</form>`;
-  return html`<h1>Sign in</h1>
-${clientLine}
-${state.message === undefined ? html`` : html`<p class="error" role="alert">${state.message}</p>`}
-${localForm}
-${upstreams.length === 0 ? html`` : html`<ul class="upstreams">${upstreams}</ul>`}`;
+/** What checking a password came to; only `wrong` is a failure of the address (DESIGN.md §7). */
+type PasswordCheck =
+  | { readonly result: 'locked' }
+  | { readonly result: 'busy'; readonly retryAfterSeconds: number }
+  | { readonly result: 'wrong' }
+  | { readonly result: 'right'; readonly user: UserRecord };
+
+/** Keys of the attempt counters: the user name as its digest, since it is attacker-chosen text of any length. */
+const userAtAddress = (username: string, address: string): string => `login:${digestOf(username)}:${address}`;
+const userAnywhere = (username: string): string => `login-any:${digestOf(username)}`;
+
+function showForm(deps: LoginRouteDeps, request: FastifyRequest, reply: FastifyReply, status: number, state: FormState): FastifyReply {
+  const { purpose } = state.pending;
+  // After sign-in the browser goes on (through /authorize/resume) to the client's redirect URI.
+  const target = purpose.kind === 'authorize' ? formTargetOf(purpose.authorization.redirectUri) : undefined;
+  const body = signInPage({
+    basePath: deps.basePath,
+    csrf: csrfToken(deps.cookies, request, reply),
+    loginId: state.loginId,
+    ...(purpose.kind === 'authorize' && { clientId: purpose.authorization.clientId }),
+    localUsers: deps.users.size > 0,
+    upstreams: deps.upstreams,
+    username: state.username ?? '',
+    ...(state.message !== undefined && { message: state.message }),
+  });
+  return sendPage(reply, status, 'Sign in', body, target === undefined ? [] : [target]);
 }
 
-export function loginRoutes(ctx: AppContext, store: SignInStores): FastifyPluginAsync {
-  // Verified against when the user is unknown, so timing does not tell which usernames exist.
-  let unknownUserHash: Promise<string> | undefined;
-  function showForm(request: FastifyRequest, reply: FastifyReply, status: number, state: FormState): FastifyReply {
-    const { purpose } = state.pending;
-    // After sign-in the browser goes on (through /authorize/resume) to the client's redirect URI.
-    const target = purpose.kind === 'authorize' ? formTargetOf(purpose.authorization.redirectUri) : undefined;
-    return sendPage(reply, status, 'Sign in', signInBody(ctx, csrfToken(ctx.cookies, request, reply), state), target === undefined ? [] : [target]);
+/** The form again with a message, an outcome for the access log and, when given, Retry-After. */
+function refuse(deps: LoginRouteDeps, request: FastifyRequest, reply: FastifyReply, status: number, outcome: string, state: FormState, retryAfter?: string): FastifyReply {
+  request.outcome = outcome;
+  if (retryAfter !== undefined) reply.header('Retry-After', retryAfter);
+  return showForm(deps, request, reply, status, state);
+}
+
+/**
+ * DESIGN.md §7: the attempt is counted before the password is checked, in one atomic statement, so parallel
+ * guesses cannot all pass a check made before any of them was counted. Beyond login_failures for this user from
+ * this address: 429, the right password included, until the window ends. Beyond login_failures_any from all
+ * addresses: only slowed, so nobody can lock a user out from addresses that never failed.
+ */
+async function admit(deps: LoginRouteDeps, username: string, address: string): Promise<{ refused: true } | { refused: false; delayMs: number }> {
+  const now = deps.now();
+  const [here, anywhere] = await Promise.all([
+    deps.store.countAttempt(userAtAddress(username, address), now, deps.limits.loginWindowMs),
+    deps.store.peekAttempts(userAnywhere(username), now),
+  ]);
+  if (here > deps.limits.loginFailures) return { refused: true };
+  const beyond = anywhere - deps.limits.loginFailuresAny;
+  return { refused: false, delayMs: beyond < 0 ? 0 : Math.min(MAX_SLOWDOWN_MS, (beyond + 1) * SLOWDOWN_STEP_MS) };
+}
+
+async function checkPassword(deps: LoginRouteDeps, passwords: PasswordPool, username: string, password: string, address: string): Promise<PasswordCheck> {
+  const admission = await admit(deps, username, address);
+  if (admission.refused) return { result: 'locked' };
+  if (admission.delayMs > 0) await sleep(admission.delayMs);
+  const user = deps.users.get(username);
+  try {
+    // An unknown user costs the same check, so timing does not tell which usernames exist.
+    const valid = await passwords.verify(password.slice(0, 1024), user?.passwordHash);
+    return user !== undefined && valid ? { result: 'right', user } : { result: 'wrong' };
+  } catch (error) {
+    if (!(error instanceof PasswordCheckUnavailableError)) throw error;
+    // Not checked, so not counted against the user (DESIGN.md §11: 503 with Retry-After).
+    await deps.store.forgiveAttempt(userAtAddress(username, address), deps.now());
+    return { result: 'busy', retryAfterSeconds: error.retryAfterSeconds };
   }
+}
 
-  /** Keys of the attempt counters: the user name as its digest, since it is attacker-chosen text of any length. */
-  const userAtAddress = (username: string, address: string): string => `login:${digestOf(username)}:${address}`;
-  const userAnywhere = (username: string): string => `login-any:${digestOf(username)}`;
+async function showSignIn(deps: LoginRouteDeps, request: FastifyRequest, reply: FastifyReply): Promise<FastifyReply> {
+  const loginId = (request.query as Record<string, unknown>).login;
+  const id = typeof loginId === 'string' && isLoginId(loginId) ? loginId : undefined;
+  const pending = id === undefined ? undefined : await deps.store.findLoginRequest(id, deps.now());
+  if (pending === undefined || id === undefined) return sendErrorPage(reply, expiredSignIn());
+  return showForm(deps, request, reply, 200, { loginId: id, pending });
+}
 
-  /**
-   * DESIGN.md §7: the attempt is counted before the password is checked, in one atomic statement, so parallel
-   * guesses cannot all pass a check made before any of them was counted. Beyond login_failures for this user from
-   * this address: 429, the right password included, until the window ends. Beyond login_failures_any from all
-   * addresses: only slowed, so nobody can lock a user out from addresses that never failed.
-   */
-  async function admit(username: string, address: string): Promise<{ refused: true } | { refused: false; delayMs: number }> {
-    const now = ctx.now();
-    const [here, anywhere] = await Promise.all([
-      store.countAttempt(userAtAddress(username, address), now, ctx.limits.loginWindowMs),
-      store.peekAttempts(userAnywhere(username), now),
-    ]);
-    if (here > ctx.limits.loginFailures) return { refused: true };
-    const beyond = anywhere - ctx.limits.loginFailuresAny;
-    return { refused: false, delayMs: beyond < 0 ? 0 : Math.min(MAX_SLOWDOWN_MS, (beyond + 1) * SLOWDOWN_STEP_MS) };
+async function signIn(deps: LoginRouteDeps, passwords: PasswordPool, request: FastifyRequest, reply: FastifyReply): Promise<FastifyReply> {
+  const form = (request.body as Params | undefined) ?? EMPTY_PARAMS;
+  const loginId = single(form, 'login');
+  const pending = isLoginId(loginId) ? await deps.store.findLoginRequest(loginId, deps.now()) : undefined;
+  if (pending === undefined || loginId === undefined) return sendErrorPage(reply, expiredSignIn());
+  const username = single(form, 'username') ?? '';
+  const state = { loginId, pending, username };
+  if (!csrfValid(deps.cookies, request, single(form, 'csrf'))) {
+    return refuse(deps, request, reply, 400, 'csrf', { ...state, message: 'The form expired. Please sign in again.' });
   }
+  const address = request.ip;
+  // DESIGN.md §7: the address's failure is counted before the password is checked, and given back when it is right.
+  const slot = takeAddressSlot(deps.failures, deps.limits, address, deps.now());
+  if (!slot.ok) {
+    const message = 'Too many failed requests from your network. Try again later.';
+    return refuse(deps, request, reply, 429, 'too_many_attempts', { ...state, message }, slot.error.headers['Retry-After'] ?? '60');
+  }
+  let check: PasswordCheck | undefined;
+  try {
+    check = await checkPassword(deps, passwords, username, form.get('password')?.[0] ?? '', address);
+  } finally {
+    // Only a wrong password keeps the slot: a 429, a 503 or an error (counted by the error handler) is no failure of its own.
+    if (check?.result !== 'wrong') slot.release();
+  }
+  switch (check.result) {
+    case 'locked': {
+      const message = 'Too many sign-in attempts. Try again later.';
+      return refuse(deps, request, reply, 429, 'too_many_attempts', { ...state, message }, String(Math.ceil(deps.limits.loginWindowMs / 1000)));
+    }
+    case 'busy': {
+      const message = 'Too many sign-ins at once. Try again in a few seconds.';
+      return refuse(deps, request, reply, 503, 'temporarily_unavailable', { ...state, message }, String(check.retryAfterSeconds));
+    }
+    case 'wrong':
+      return wrongPassword(deps, request, reply, state);
+    case 'right':
+      return signedIn(deps, request, reply, state, check.user);
+  }
+}
 
+async function wrongPassword(deps: LoginRouteDeps, request: FastifyRequest, reply: FastifyReply, state: FormState & { readonly username: string }): Promise<FastifyReply> {
+  await deps.store.countAttempt(userAnywhere(state.username), deps.now(), deps.limits.loginWindowMs);
+  request.log.info({ audit: true, event: 'sign_in', outcome: 'failure', user: bounded(state.username), method: 'password', address: request.ip }, 'sign-in failed');
+  return refuse(deps, request, reply, 401, 'wrong_credentials', { ...state, message: 'Wrong username or password.' });
+}
+
+async function signedIn(deps: LoginRouteDeps, request: FastifyRequest, reply: FastifyReply, state: FormState & { readonly username: string }, user: UserRecord): Promise<FastifyReply> {
+  const address = request.ip;
+  // The right password ends this address's count for the user; the count across addresses runs out by itself.
+  await deps.store.clearAttempts(userAtAddress(state.username, address));
+  request.log.info({ audit: true, event: 'sign_in', outcome: 'success', user: user.username, method: 'password', address }, 'signed in');
+  const now = deps.now();
+  await startSession(deps.store, reply, { cookies: deps.cookies, lifetimeMs: deps.sessionLifetimeMs, now }, user.username, { email: user.email, name: user.name });
+  return finishSignIn(deps.store, reply, deps.basePath, state.pending, now);
+}
+
+export function loginRoutes(deps: LoginRouteDeps): FastifyPluginAsync {
   return async (app) => {
-    app.get('/login', { config: { page: true } }, async (request, reply) => {
-      const loginId = (request.query as Record<string, unknown>).login;
-      const id = typeof loginId === 'string' && isLoginId(loginId) ? loginId : undefined;
-      const pending = id === undefined ? undefined : await store.findLoginRequest(id, ctx.now());
-      if (pending === undefined || id === undefined) return sendErrorPage(reply, expiredSignIn());
-      return showForm(request, reply, 200, { loginId: id, pending });
+    // DESIGN.md §11: at most limits.password_hashes checks at once, in threads of their own, so token signing never waits behind scrypt.
+    const passwords = new PasswordPool({
+      size: deps.limits.passwordHashes,
+      maxWaitMs: deps.limits.passwordWaitMs,
+      maxWaiting: deps.limits.passwordChecksWaiting,
+      registry: deps.metricsRegistry,
+      onThreadExit: (exitCode, error) => app.log.warn({ exitCode, err: { message: error?.message } }, 'a password hashing thread ended; another starts when needed'),
     });
-
-    app.post('/login', { config: { page: true } }, async (request, reply) => {
-      const form = (request.body as Params | undefined) ?? EMPTY_PARAMS;
-      const loginId = single(form, 'login');
-      const pending = isLoginId(loginId) ? await store.findLoginRequest(loginId, ctx.now()) : undefined;
-      if (pending === undefined || loginId === undefined) return sendErrorPage(reply, expiredSignIn());
-      const username = single(form, 'username') ?? '';
-      const password = form.get('password')?.[0] ?? '';
-      if (!csrfValid(ctx.cookies, request, single(form, 'csrf'))) {
-        request.outcome = 'csrf';
-        return showForm(request, reply, 400, { loginId, pending, username, message: 'The form expired. Please sign in again.' });
-      }
-      const address = request.ip;
-      const limited = tooManyFailures(ctx.failures, ctx.limits, address, undefined, ctx.now());
-      if (limited !== undefined) {
-        request.outcome = 'too_many_attempts';
-        reply.header('Retry-After', limited.headers['Retry-After'] ?? '60');
-        return showForm(request, reply, 429, { loginId, pending, username, message: 'Too many failed requests from your network. Try again later.' });
-      }
-      const admission = await admit(username, address);
-      if (admission.refused) {
-        request.outcome = 'too_many_attempts';
-        reply.header('Retry-After', String(Math.ceil(ctx.limits.loginWindowMs / 1000)));
-        return showForm(request, reply, 429, { loginId, pending, username, message: 'Too many sign-in attempts. Try again later.' });
-      }
-      if (admission.delayMs > 0) await sleep(admission.delayMs);
-      const user = ctx.config.users.get(username);
-      const valid = await verifyPassword(password.slice(0, 1024), user?.passwordHash ?? (await (unknownUserHash ??= hashPassword(randomBytes(16).toString('hex')))));
-      if (user === undefined || !valid) {
-        await store.countAttempt(userAnywhere(username), ctx.now(), ctx.limits.loginWindowMs);
-        countFailure(ctx.failures, address, undefined, 401, ctx.now());
-        request.outcome = 'wrong_credentials';
-        request.log.info({ audit: true, event: 'sign_in', outcome: 'failure', user: bounded(username), method: 'password', address }, 'sign-in failed');
-        return showForm(request, reply, 401, { loginId, pending, username, message: 'Wrong username or password.' });
-      }
-      // The right password ends this address's count for the user; the count across addresses runs out by itself.
-      await store.clearAttempts(userAtAddress(username, address));
-      request.log.info({ audit: true, event: 'sign_in', outcome: 'success', user: user.username, method: 'password', address }, 'signed in');
-      const now = ctx.now();
-      await startSession(store, reply, { cookies: ctx.cookies, lifetimeMs: ctx.sessionLifetimeMs, now }, user.username, { email: user.email, name: user.name });
-      return finishSignIn(store, reply, ctx.config.basePath, pending, now);
-    });
+    app.addHook('onClose', () => passwords.close());
+    app.get('/login', { config: { page: true } }, async (request, reply) => showSignIn(deps, request, reply));
+    app.post('/login', { config: { page: true } }, async (request, reply) => signIn(deps, passwords, request, reply));
   };
 }

@@ -1,11 +1,11 @@
 /** Validation of an authorization request (RFC 6749 §4.1.1, RFC 7636, RFC 8707, DESIGN.md §4). No I/O. */
 import type { ClientRecord } from '../config/types.js';
 import { OAuthError } from '../policy/oauth-error.js';
-import { all, checkLimits, repeatedParameter, single, type Params } from '../http/params.js';
+import { all, checkLimits, LIMITS, repeatedParameter, single, type Params } from '../http/params.js';
 import { decideAuthorizeResources } from '../policy/resource.js';
-import { redirectUriMatches, type LoopbackPorts } from '../policy/redirect-uri.js';
+import { isUsableRedirectUri, redirectUriMatches, type LoopbackPorts } from '../policy/redirect-uri.js';
 import { decideRequestedScope, parseScope } from '../policy/scope.js';
-import type { ClientResolution } from '../http/clients.js';
+import type { ClientResolution } from '../clients/directory.js';
 import { bounded } from '../log.js';
 import type { PendingAuthorization } from '../store/types.js';
 
@@ -54,12 +54,19 @@ export function validateAuthorizationRequest(
   }
   const redirectUri = single(params, 'redirect_uri');
   if (redirectUri === undefined) return { ok: false, page: new OAuthError('invalid_request', 'redirect_uri is required') };
+  // DESIGN.md §7: a URI no browser can be sent to is the error page, never a redirect that fails.
+  if (!isUsableRedirectUri(redirectUri)) {
+    return { ok: false, page: new OAuthError('invalid_request', 'redirect_uri is not a valid URI (a port must be 1 to 65535)') };
+  }
   if (!redirectUriMatches(client.redirectUris, redirectUri, loopbackPortsOf(client))) {
     return { ok: false, page: new OAuthError('invalid_request', 'redirect_uri is not registered for this client') };
   }
 
-  const rawState = single(params, 'state');
-  const state = rawState !== undefined && rawState.length <= 2048 ? rawState : undefined;
+  // RFC 6749 §4.1.2.1: state goes back exactly as sent, an empty one too; one too long to send back gets no redirect (DESIGN.md §7).
+  const state = params.get('state')?.[0];
+  if (state !== undefined && state.length > LIMITS.valueLength) {
+    return { ok: false, page: new OAuthError('invalid_request', `state is longer than ${LIMITS.valueLength} characters`) };
+  }
   const back = (error: OAuthError): AuthorizationValidation => ({ ok: false, redirect: { error, redirectUri, state } });
 
   const limitError = checkLimits(params);

@@ -4,14 +4,14 @@
  */
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import type { AppContext } from '../context.js';
-import { sameBrowser } from '../http/csrf.js';
-import { isDocumentUrl } from '../http/clients.js';
+import { sameBrowser } from '../session/csrf.js';
+import { isDocumentUrl } from '../clients/directory.js';
 import { countAgainstAddress, countFailure, tooManyFailures } from '../http/failure-limit.js';
-import { expiredSignIn, isLoginId, startLogin } from '../http/login-request.js';
+import { expiredSignIn, isLoginId, startLogin } from '../session/login-request.js';
 import { pageHeaders } from '../http/pages.js';
 import { EMPTY_PARAMS, parseParams, queryOf, single, type Params } from '../http/params.js';
 import { sendErrorPage } from '../http/render-error.js';
-import { currentSession } from '../http/session.js';
+import { currentSession } from '../session/session.js';
 import { OAuthError } from '../policy/oauth-error.js';
 import type {
   AuthorizationCodeStore,

@@ -1,6 +1,7 @@
 /** POST /device_authorization (RFC 8628 §3.1-3.2): a device code for the device, a user code for the person. */
 import type { FastifyPluginAsync } from 'fastify';
 import type { AppContext } from '../context.js';
+import { DEVICE_CODE_GRANT, mayUseGrant } from '../policy/grant-eligibility.js';
 import { OAuthError } from '../policy/oauth-error.js';
 import { StoreUnavailableError } from '../store/unavailable.js';
 import { all, single } from '../http/params.js';
@@ -9,7 +10,7 @@ import { decideRequestedScope, parseScope } from '../policy/scope.js';
 import type { DeviceAuthorizationRecord, DeviceCodeStore, ReplayStore } from '../store/types.js';
 import { newSecret, randomCode } from '../crypto/random.js';
 import { formatUserCode, USER_CODE_ALPHABET, USER_CODE_LENGTH } from '../policy/user-code.js';
-import { assertionVerifier, authenticateClient, claimedClient } from './client-auth.js';
+import { assertionVerifier, authenticateClient, claimedClient } from '../clients/authentication.js';
 import { unwrap } from './grants/grant.js';
 import { handleFormEndpoint } from './form-endpoint.js';
 
@@ -41,7 +42,7 @@ export function deviceAuthorizationRoutes(ctx: AppContext, store: DeviceCodeStor
     app.post('/device_authorization', async (request, reply) =>
       handleFormEndpoint(ctx, request, reply, async (params, presented) => {
         const client = await authenticateClient(presented, await claimedClient(ctx.clients, presented), verifyAssertion);
-        if (client.kind !== 'device') throw new OAuthError('unauthorized_client', 'this client may not use the device authorization flow');
+        if (!mayUseGrant(client, DEVICE_CODE_GRANT)) throw new OAuthError('unauthorized_client', 'this client may not use the device authorization flow');
         // DESIGN.md §5: device tokens are for the whole audience, so any `resource` is refused, never ignored.
         unwrap(decideResourceParameter('device_code', all(params, 'resource')));
         const requestedScope = parseScope(single(params, 'scope'));

@@ -5,7 +5,7 @@ import { OAuthError } from '../policy/oauth-error.js';
 import { countFailure, tooManyFailures } from '../http/failure-limit.js';
 import { checkLimits, EMPTY_PARAMS, repeatedParameter, type Params } from '../http/params.js';
 import { sendJsonError, toOAuthError } from '../http/render-error.js';
-import { readClientCredentials, type PresentedCredentials } from './client-auth.js';
+import { readClientCredentials, type PresentedCredentials } from '../clients/authentication.js';
 
 /** Content type, limits, repeats and rate limits, then `handle`; every error rendered as JSON in one place. */
 export async function handleFormEndpoint(

@@ -2,35 +2,31 @@
  * POST /introspect (RFC 7662, DESIGN.md §8). A resource server learns about an access token only when its label is
  * in the token's `aud` (a token narrowed to another server is inactive for it); a client only about its own tokens;
  * a resource server never about refresh tokens. An access token costs a jose verification (once per token: see
- * VerifiedAccessTokens) and one lookup (access-token-state.ts: a revoked grant's tokens are inactive at once, on
+ * VerifiedAccessTokens) and one lookup (tokens/access-token-state.ts: a revoked grant's tokens are inactive at once, on
  * every instance sharing the store).
  */
 import type { FastifyPluginAsync } from 'fastify';
 import type { JWTPayload } from 'jose';
 import type { AppContext } from '../context.js';
-import { VerifiedAccessTokens } from '../crypto/jwt.js';
 import { refreshTokenKey } from '../crypto/refresh-token.js';
 import { single } from '../http/params.js';
 import { invalidRequest } from '../policy/oauth-error.js';
 import { audienceClaim, grantAudience } from '../policy/resource.js';
 import type { GrantStore, RefreshTokenStore, ReplayStore, RevokedTokenStore } from '../store/types.js';
-import { assertionVerifier, authenticateIntrospectionCaller, claimedClient, type IntrospectionCaller } from './client-auth.js';
+import { assertionVerifier, authenticateIntrospectionCaller, claimedClient, type IntrospectionCaller } from '../clients/authentication.js';
 import { handleFormEndpoint } from './form-endpoint.js';
-import { accessTokenStands } from './access-token-state.js';
-import { epochSeconds } from './token-claims.js';
+import { accessTokenStands } from '../tokens/access-token-state.js';
+import { epochSeconds } from '../tokens/claims.js';
 
 export type IntrospectionStores = GrantStore & RefreshTokenStore & RevokedTokenStore & ReplayStore;
 
 const INACTIVE = Object.freeze({ active: false });
 
-/** Verified access tokens remembered for repeated introspection: about 1 KiB each, so at most about 10 MB. */
-const REMEMBERED_TOKENS = 10_000;
-
 /** A compact JWS has two dots; our refresh tokens have one. */
 const looksLikeJwt = (token: string): boolean => token.split('.').length === 3;
 
 export function introspectionRoutes(ctx: AppContext, store: IntrospectionStores): FastifyPluginAsync {
-  const verified = new VerifiedAccessTokens(REMEMBERED_TOKENS);
+  const verified = ctx.verifiedAccessTokens;
   const verifyAssertion = assertionVerifier(ctx, store, '/introspect');
 
   async function accessToken(caller: IntrospectionCaller, token: string): Promise<Record<string, unknown>> {
@@ -45,11 +41,13 @@ export function introspectionRoutes(ctx: AppContext, store: IntrospectionStores)
     const audience = typeof aud === 'string' ? [aud] : aud;
     const allowed = caller.kind === 'resource_server' ? audience.includes(caller.label) : clientId === caller.client.clientId;
     if (!allowed) return INACTIVE;
-    if (!(await accessTokenStands(ctx, store, { jti, clientId }))) return INACTIVE;
+    const { act, cnf } = payload as JWTPayload & { cnf?: unknown };
+    if (!(await accessTokenStands(ctx.tokenState, { jti, clientId, exchanged: act !== undefined }))) return INACTIVE;
     // RFC 9449 §6.2: a DPoP-bound token says which key it is bound to.
-    const { cnf } = payload as JWTPayload & { cnf?: unknown };
     const tokenType = cnf === undefined ? 'Bearer' : 'DPoP';
-    return { active: true, scope: payload.scope, client_id: clientId, sub, aud, iss: payload.iss, exp: payload.exp, iat: payload.iat, jti, token_type: tokenType, token_use: 'access_token', ...(cnf !== undefined && { cnf }) };
+    const answer = { active: true, scope: payload.scope, client_id: clientId, sub, aud, iss: payload.iss, exp: payload.exp, iat: payload.iat, jti, token_type: tokenType, token_use: 'access_token', ...(cnf !== undefined && { cnf }) };
+    // RFC 8693 §4.1, DESIGN.md §12: an exchanged token says who acts for the subject.
+    return act === undefined ? answer : { ...answer, act };
   }
 
   async function refreshToken(caller: IntrospectionCaller, token: string): Promise<Record<string, unknown>> {

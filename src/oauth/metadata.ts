@@ -3,9 +3,9 @@ import type { FastifyInstance, FastifyPluginAsync } from 'fastify';
 import type { AppContext } from '../context.js';
 import { DPOP_ALGS } from '../crypto/dpop.js';
 import { ASYMMETRIC_ALGS } from '../crypto/jwk-set.js';
-import { DEVICE_CODE_GRANT } from './grants/device-code.js';
+import { DEVICE_CODE_GRANT, TOKEN_EXCHANGE_GRANT } from '../policy/grant-eligibility.js';
 
-export const SUPPORTED_GRANT_TYPES = ['authorization_code', 'refresh_token', 'client_credentials', DEVICE_CODE_GRANT] as const;
+export const SUPPORTED_GRANT_TYPES = ['authorization_code', 'refresh_token', 'client_credentials', DEVICE_CODE_GRANT, TOKEN_EXCHANGE_GRANT] as const;
 
 /** Client authentication at /token, /revoke, /introspect and /par (DESIGN.md §4, §13). */
 const AUTH_METHODS = ['client_secret_basic', 'client_secret_post', 'none', 'private_key_jwt'];

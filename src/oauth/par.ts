@@ -12,7 +12,7 @@ import type { Params } from '../http/params.js';
 import { OAuthError } from '../policy/oauth-error.js';
 import type { PushedRequestRecord, PushedRequestStore, ReplayStore } from '../store/types.js';
 import { validateAuthorizationRequest } from './authorization-request.js';
-import { assertionVerifier, authenticateClient, claimedClient } from './client-auth.js';
+import { assertionVerifier, authenticateClient, claimedClient } from '../clients/authentication.js';
 import { handleFormEndpoint } from './form-endpoint.js';
 
 /** RFC 9126 §2.2: the request_uri is this URN and a random value. */

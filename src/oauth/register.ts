@@ -9,7 +9,7 @@ import type { DynamicClientsConfig } from '../config/types.js';
 import type { AppContext } from '../context.js';
 import { digestOf, matchesDigest, sha256 } from '../crypto/digest.js';
 import { randomText } from '../crypto/random.js';
-import { newRegisteredClientId } from '../http/clients.js';
+import { newRegisteredClientId } from '../clients/directory.js';
 import { countAgainstAddress, tooManyFailures } from '../http/failure-limit.js';
 import { sendJsonError } from '../http/render-error.js';
 import { bounded } from '../log.js';
@@ -44,6 +44,9 @@ const REQUEST = z.object({
 /** Checks a registration request fully before anything is stored (DESIGN.md §1). */
 export function validateRegistration(body: unknown, dynamic: DynamicClientsConfig): RegisteredClientMetadata {
   if (typeof body !== 'object' || body === null || Array.isArray(body)) throw badMetadata('the body must be a JSON object');
+  // DESIGN.md §7: a NUL anywhere is refused before any field is judged (PostgreSQL text cannot even hold one).
+  const withNul = pathOfNul(body);
+  if (withNul !== undefined) throw badMetadata(`${withNul} holds a NUL character`);
   const parsed = REQUEST.safeParse(body);
   if (!parsed.success) {
     const issue = parsed.error.issues[0];
@@ -75,6 +78,23 @@ export function validateRegistration(body: unknown, dynamic: DynamicClientsConfi
     // RFC 9449 §5.2, DESIGN.md §13: stored and answered only when true (false is the default anyway).
     ...(request.dpop_bound_access_tokens === true && { dpop_bound_access_tokens: true }),
   };
+}
+
+/** Where the first string (a value or a member name) holding U+0000 is, e.g. `redirect_uris.0`; undefined when none does. */
+function pathOfNul(body: object): string | undefined {
+  // Iterative, depth first in document order: a 16 KiB body can nest thousands of levels, too deep for recursion.
+  const pending: [unknown, string][] = [[body, '']];
+  for (let next = pending.pop(); next !== undefined; next = pending.pop()) {
+    const [value, path] = next;
+    if (typeof value === 'string' && value.includes('\u0000')) return path;
+    if (typeof value !== 'object' || value === null) continue;
+    const members = Object.entries(value);
+    for (const [key] of members) if (key.includes('\u0000')) return `a member name in ${path === '' ? 'the body' : path}`;
+    const prefix = path === '' ? '' : `${path}.`;
+    // Paths are echoed in the description, so each is cut like any text taken from a request.
+    for (const [key, member] of members.reverse()) pending.push([member, bounded(`${prefix}${key}`) as string]);
+  }
+  return undefined;
 }
 
 export function registrationRoutes(ctx: AppContext, store: RegisteredClientStore): FastifyPluginAsync {
@@ -144,6 +164,7 @@ export function registrationRoutes(ctx: AppContext, store: RegisteredClientStore
     app.addContentTypeParser('*', (_request, _payload, done) => {
       done(new OAuthError('invalid_client_metadata', 'the body must be application/json', 415), undefined);
     });
-    app.post('/register', async (request, reply) => register(request, reply, dynamic));
+    // The route's own limit, so the 413 states it (http/render-error.ts reads it back).
+    app.post('/register', { bodyLimit: BODY_LIMIT }, async (request, reply) => register(request, reply, dynamic));
   };
 }

@@ -11,9 +11,9 @@ import { refreshTokenKey } from '../crypto/refresh-token.js';
 import { single } from '../http/params.js';
 import { invalidRequest } from '../policy/oauth-error.js';
 import type { GrantStore, RefreshTokenStore, ReplayStore, RevokedTokenStore } from '../store/types.js';
-import { assertionVerifier, authenticateClient, claimedClient } from './client-auth.js';
+import { assertionVerifier, authenticateClient, claimedClient } from '../clients/authentication.js';
 import { handleFormEndpoint } from './form-endpoint.js';
-import { grantIdOfJti } from './token-claims.js';
+import { grantIdOfJti } from '../tokens/claims.js';
 
 export type RevocationStores = GrantStore & RefreshTokenStore & RevokedTokenStore & ReplayStore;
 
@@ -28,7 +28,8 @@ export function revocationRoutes(ctx: AppContext, store: RevocationStores): Fast
         return undefined;
       }
       if (payload.client_id !== clientId || typeof payload.jti !== 'string' || typeof payload.exp !== 'number') return undefined;
-      const grantId = grantIdOfJti(payload.jti);
+      // An exchanged token's grant is the person's client's (DESIGN.md §12): its caller revokes only the token itself.
+      const grantId = payload.act === undefined ? grantIdOfJti(payload.jti) : undefined;
       return grantId === undefined ? { jti: payload.jti, expiresAt: payload.exp * 1000 } : { grantId };
     }
     const key = refreshTokenKey(token);

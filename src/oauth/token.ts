@@ -4,8 +4,8 @@ import type { AppContext } from '../context.js';
 import { single } from '../http/params.js';
 import { OAuthError } from '../policy/oauth-error.js';
 import { proofRequirement } from '../policy/sender-constraint.js';
-import type { AuthorizationCodeStore, DeviceCodeStore, GrantStore, RefreshTokenStore, ReplayStore } from '../store/types.js';
-import { assertionVerifier, authenticateClient, claimedClient } from './client-auth.js';
+import type { AuthorizationCodeStore, DeviceCodeStore, GrantStore, RefreshTokenStore, ReplayStore, RevokedTokenStore } from '../store/types.js';
+import { assertionVerifier, authenticateClient, claimedClient } from '../clients/authentication.js';
 import { proofOf, useProofOnce } from './dpop-request.js';
 import { handleFormEndpoint } from './form-endpoint.js';
 import { authorizationCodeGrant } from './grants/authorization-code.js';
@@ -13,9 +13,10 @@ import { clientCredentialsGrant } from './grants/client-credentials.js';
 import { deviceCodeGrant } from './grants/device-code.js';
 import { runGrant, type GrantHandler } from './grants/grant.js';
 import { refreshTokenGrant } from './grants/refresh-token.js';
+import { tokenExchangeGrant } from './grants/token-exchange.js';
 
 /** The state /token reads and changes. */
-export type TokenStores = GrantStore & AuthorizationCodeStore & RefreshTokenStore & DeviceCodeStore & ReplayStore;
+export type TokenStores = GrantStore & AuthorizationCodeStore & RefreshTokenStore & DeviceCodeStore & RevokedTokenStore & ReplayStore;
 
 export type GrantTable = ReadonlyMap<string, GrantHandler<unknown>>;
 
@@ -25,6 +26,7 @@ export function grantTable(ctx: AppContext, store: TokenStores): GrantTable {
     refreshTokenGrant(ctx, store),
     clientCredentialsGrant(ctx),
     deviceCodeGrant(ctx, store),
+    tokenExchangeGrant(ctx, store),
   ] as GrantHandler<unknown>[];
   return new Map(handlers.map((handler) => [handler.grantType, handler]));
 }

@@ -10,9 +10,9 @@ import { OAuthError } from '../policy/oauth-error.js';
 import { isAddressedToProvider, type Audience } from '../policy/resource.js';
 import { verifyAccessToken } from '../crypto/jwt.js';
 import type { GrantStore, ReplayStore, RevokedTokenStore, SubjectClaims, SubjectClaimsStore } from '../store/types.js';
-import { accessTokenStands } from './access-token-state.js';
+import { accessTokenStands } from '../tokens/access-token-state.js';
+import { releasedClaims } from '../tokens/claims.js';
 import { proofOf, useProofOnce } from './dpop-request.js';
-import { releasedClaims } from './token-claims.js';
 
 type Scheme = 'Bearer' | 'DPoP';
 
@@ -81,7 +81,7 @@ export function userinfoRoutes(ctx: AppContext, store: SubjectClaimsStore & Gran
       return refuse(request, reply, 'invalid_token', 'the access token is invalid or expired', scheme);
     }
     // DESIGN.md §6, §8: a token of a revoked grant, or of a person or client no longer configured, has no claims here.
-    if (!(await accessTokenStands(ctx, store, { jti: payload.jti, clientId: client.clientId }))) {
+    if (!(await accessTokenStands(ctx.tokenState, { jti: payload.jti, clientId: client.clientId }))) {
       return refuse(request, reply, 'invalid_token', 'the access token is no longer valid', scheme);
     }
     if (!scope.includes('openid')) return refuse(request, reply, 'invalid_token', 'the access token does not carry the openid scope', scheme);

@@ -26,8 +26,15 @@ function loopbackParts(uri: string): LoopbackParts | undefined {
   return { host: match[1] as string, port: match[2], rest: match[3] ?? '' };
 }
 
-/** True when `presented` is one of `registered`, or the same loopback URI on another port where `ports` allows it. */
+/** True when a browser can be sent to `uri`: it parses, and a port it names is 1–65535 (DESIGN.md §7; port 0 reaches nothing). */
+export function isUsableRedirectUri(uri: string): boolean {
+  return URL.canParse(uri) && new URL(uri).port !== '0';
+}
+
+/** True when `presented` is usable and one of `registered`, or the same loopback URI on another port where `ports` allows it. */
 export function redirectUriMatches(registered: readonly string[], presented: string, ports: LoopbackPorts): boolean {
+  // A loopback URI registered without a port matches any port text, 99999 and 0 included: those are refused here.
+  if (!isUsableRedirectUri(presented)) return false;
   if (registered.includes(presented)) return true;
   const asked = loopbackParts(presented);
   if (asked === undefined) return false;
@@ -56,6 +63,7 @@ export function dynamicRedirectUriProblem(uri: string, applicationType?: 'native
   if (!HAS_SCHEME.test(uri) || !URL.canParse(uri)) return 'is not an absolute URI';
   if (uri.includes('#')) return 'must not contain a fragment';
   const url = new URL(uri);
+  if (url.port === '0') return 'must not name port 0 (a port is 1 to 65535)';
   if (NEVER_SCHEMES.has(url.protocol)) return `must not use the ${url.protocol} scheme`;
   if (url.username !== '' || url.password !== '') return 'must not contain a user name or password';
   if (url.protocol === 'https:') return undefined;

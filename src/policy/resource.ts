@@ -3,6 +3,7 @@
  * Every function takes what it needs as values and returns a decision; a refused decision is an
  * OAuthError value, so callers have nothing to undo.
  */
+import { allow, refuse, type Decision } from './decision.js';
 import { OAuthError } from './oauth-error.js';
 import { requestableReason } from './requestable.js';
 
@@ -18,13 +19,10 @@ export interface ResourceClient {
   readonly audience: readonly string[];
 }
 
-export type Decision<T> = { readonly ok: true; readonly value: T } | { readonly ok: false; readonly error: OAuthError };
 
 /** A token's `aud`: a string when it has one value, an array otherwise (DESIGN.md §4). */
 export type Audience = string | readonly string[];
 
-const allow = <T>(value: T): Decision<T> => ({ ok: true, value });
-const refuse = <T>(error: OAuthError): Decision<T> => ({ ok: false, error });
 
 export const notRequestable = (resource: string): OAuthError =>
   new OAuthError('invalid_target', `resource "${resource}" is not one this client may ask a token for`);

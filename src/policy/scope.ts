@@ -1,6 +1,6 @@
 /** Scope decisions (RFC 6749 §3.3), pure like the resource policy. */
 import { OAuthError } from './oauth-error.js';
-import type { Decision } from './resource.js';
+import { allow, refuse, type Decision } from './decision.js';
 
 const SCOPE_TOKEN = /^[\x21\x23-\x5B\x5D-\x7E]+$/;
 
@@ -16,9 +16,9 @@ export function parseScope(raw: string | undefined): string[] | undefined {
 export function decideRequestedScope(requested: readonly string[], allowed: readonly string[]): Decision<string[]> {
   const outside = requested.find((value) => !allowed.includes(value));
   if (outside !== undefined) {
-    return { ok: false, error: new OAuthError('invalid_scope', `scope "${outside}" is not one this client may ask`) };
+    return refuse(new OAuthError('invalid_scope', `scope "${outside}" is not one this client may ask`));
   }
-  return { ok: true, value: [...requested] };
+  return allow([...requested]);
 }
 
 /**
@@ -26,10 +26,10 @@ export function decideRequestedScope(requested: readonly string[], allowed: read
  * access token; beyond it is invalid_scope; absent means the whole grant's scope.
  */
 export function decideRefreshScope(requested: readonly string[] | undefined, granted: readonly string[]): Decision<string[]> {
-  if (requested === undefined || requested.length === 0) return { ok: true, value: [...granted] };
+  if (requested === undefined || requested.length === 0) return allow([...granted]);
   const outside = requested.find((value) => !granted.includes(value));
   if (outside !== undefined) {
-    return { ok: false, error: new OAuthError('invalid_scope', `scope "${outside}" was not granted`) };
+    return refuse(new OAuthError('invalid_scope', `scope "${outside}" was not granted`));
   }
-  return { ok: true, value: [...requested] };
+  return allow([...requested]);
 }

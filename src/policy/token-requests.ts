@@ -5,18 +5,17 @@
  * only in the one case DESIGN.md §1 allows: a used code or a rotated refresh token presented again by
  * the client it was issued to, in an otherwise valid request.
  */
+import { DEVICE_CODE_GRANT, grantRefusal, type GrantEligibleClient } from './grant-eligibility.js';
+import { allow, refuse, type Decision } from './decision.js';
 import { OAuthError, invalidGrant } from './oauth-error.js';
-import { decideResourceParameter, decideTokenAudience, isNameable, providerScopeOf, type Audience, type Decision } from './resource.js';
+import { decideResourceParameter, decideTokenAudience, isNameable, providerScopeOf, type Audience } from './resource.js';
 import { decideRefreshScope, decideRequestedScope } from './scope.js';
 
-/** What the policy needs to know of a client (a configured ClientRecord fits). */
-export interface PolicyClient {
+/** What the policy needs to know of a client (a ClientRecord fits); which grants it may use is grant-eligibility.ts's. */
+export interface PolicyClient extends GrantEligibleClient {
   readonly clientId: string;
-  readonly kind: 'confidential' | 'public' | 'device';
   readonly audience: readonly string[];
-  readonly redirectUris: readonly string[];
   readonly scopes: readonly string[];
-  readonly refreshLifetimeMs?: number;
 }
 
 /** What bounds every token of a grant (DESIGN.md §5 "grant bound"). */
@@ -51,15 +50,6 @@ export function withinReuseGrace(rotatedAt: number, graceMs: number, now: number
   return graceMs > 0 && now - rotatedAt <= graceMs;
 }
 
-/** A refusal, and the grant to revoke when the refusal is a detected replay (DESIGN.md §6). */
-export type TokenDecision<T> =
-  | { readonly ok: true; readonly value: T }
-  | { readonly ok: false; readonly error: OAuthError; readonly revokeGrant?: string };
-
-const allow = <T>(value: T): TokenDecision<T> => ({ ok: true, value });
-const refuse = <T>(error: OAuthError, revokeGrant?: string): TokenDecision<T> =>
-  revokeGrant === undefined ? { ok: false, error } : { ok: false, error, revokeGrant };
-const fromDecision = <T>(decision: Decision<T>): TokenDecision<T> => decision;
 
 export const badCode = (): OAuthError => invalidGrant('the authorization code is invalid, expired or already used');
 export const badRefreshToken = (): OAuthError => invalidGrant('the refresh token is invalid, expired or revoked');
@@ -81,10 +71,9 @@ export function checkCodeExchangeRequest(
   client: PolicyClient,
   requested: readonly string[],
   sent: CodeExchangeParameters,
-): TokenDecision<Required<CodeExchangeParameters>> {
-  if (client.kind === 'device' || client.redirectUris.length === 0) {
-    return refuse(new OAuthError('unauthorized_client', 'this client may not use the authorization_code grant'));
-  }
+): Decision<Required<CodeExchangeParameters>> {
+  const ineligible = grantRefusal(client, 'authorization_code');
+  if (ineligible !== undefined) return refuse(ineligible);
   const shape = decideResourceParameter('authorization_code', requested);
   if (!shape.ok) return shape;
   const { code, redirectUri, verifier } = sent;
@@ -109,7 +98,7 @@ export function decideCodeExchange(input: {
   readonly requested: readonly string[];
   /** Whether the grant's subject is still a user (or an upstream's) of the configuration. */
   readonly subjectExists: boolean;
-}): TokenDecision<Audience> {
+}): Decision<Audience> {
   const { client, state } = input;
   if (state.status === 'unknown' || state.code.clientId !== client.clientId) return refuse(badCode());
   if (state.code.redirectUri !== input.redirectUri) return refuse(invalidGrant('redirect_uri does not match the authorization request'));
@@ -118,17 +107,15 @@ export function decideCodeExchange(input: {
   if (state.status === 'used') return refuse(badCode(), state.code.grantId);
   const grant = narrowGrant(state.grant, client, input.issuer, input.subjectExists);
   if (!grant.ok) return grant;
-  return fromDecision(
-    decideTokenAudience({
-      grantType: 'authorization_code',
-      client,
-      issuer: input.issuer,
-      grantScope: grant.value.scope,
-      tokenScope: grant.value.scope,
-      grantResources: grant.value.resources,
-      requested: input.requested,
-    }),
-  );
+  return decideTokenAudience({
+    grantType: 'authorization_code',
+    client,
+    issuer: input.issuer,
+    grantScope: grant.value.scope,
+    tokenScope: grant.value.scope,
+    grantResources: grant.value.resources,
+    requested: input.requested,
+  });
 }
 
 /** The request-only checks of a refresh, before the token is looked up (DESIGN.md §5 order). */
@@ -137,13 +124,15 @@ export function checkRefreshRequest(
   requested: readonly string[],
   presented: string | undefined,
   requestedScope: readonly string[] | undefined,
-): TokenDecision<{ readonly presented: string; readonly requestedScope: readonly string[]; readonly lifetimeMs: number }> {
+): Decision<{ readonly presented: string; readonly requestedScope: readonly string[]; readonly lifetimeMs: number }> {
   const shape = decideResourceParameter('refresh_token', requested);
   if (!shape.ok) return shape;
   if (presented === undefined) return refuse(missing('refresh_token'));
   if (requestedScope === undefined) return refuse(new OAuthError('invalid_scope', 'scope is malformed'));
-  if (client.refreshLifetimeMs === undefined) return refuse(new OAuthError('unauthorized_client', 'this client does not get refresh tokens'));
-  return allow({ presented, requestedScope, lifetimeMs: client.refreshLifetimeMs });
+  const ineligible = grantRefusal(client, 'refresh_token');
+  if (ineligible !== undefined) return refuse(ineligible);
+  // grantRefusal allows refresh_token only to a client with a refresh lifetime.
+  return allow({ presented, requestedScope, lifetimeMs: client.refreshLifetimeMs as number });
 }
 
 /**
@@ -151,7 +140,7 @@ export function checkRefreshRequest(
  * client may no longer have are dropped (so an `aud` never names a server the client's audience no longer holds);
  * a grant that named resources and has none left is refused, so narrowing never widens it.
  */
-export function narrowGrant<G extends GrantBounds>(grant: G, client: PolicyClient, issuer: string, subjectExists: boolean): TokenDecision<G> {
+export function narrowGrant<G extends GrantBounds>(grant: G, client: PolicyClient, issuer: string, subjectExists: boolean): Decision<G> {
   if (!subjectExists) return refuse(invalidGrant('the person this grant was made for is no longer known'));
   const scope = grant.scope.filter((value) => client.scopes.includes(value));
   // The issuer stays nameable while a provider scope does (DESIGN.md §5 provider scopes).
@@ -175,7 +164,7 @@ export function decideRefresh(input: {
   readonly requested: readonly string[];
   /** Whether the grant's subject is still a user (or an upstream's) of the configuration. */
   readonly subjectExists: boolean;
-}): TokenDecision<{ readonly scope: string[]; readonly audience: Audience }> {
+}): Decision<{ readonly scope: string[]; readonly audience: Audience }> {
   const { client, state } = input;
   if (state.status === 'unknown') return refuse(badRefreshToken());
   if (state.status === 'rotated') return refuse(badRefreshToken(), state.clientId === client.clientId ? state.grantId : undefined);
@@ -204,9 +193,10 @@ export function decideClientCredentials(input: {
   readonly issuer: string;
   readonly requestedScope: readonly string[] | undefined;
   readonly requested: readonly string[];
-}): TokenDecision<{ readonly scope: string[]; readonly audience: Audience }> {
+}): Decision<{ readonly scope: string[]; readonly audience: Audience }> {
   const { client, requestedScope } = input;
-  if (client.kind !== 'confidential') return refuse(new OAuthError('unauthorized_client', 'client_credentials is for confidential clients'));
+  const ineligible = grantRefusal(client, 'client_credentials');
+  if (ineligible !== undefined) return refuse(ineligible);
   if (requestedScope === undefined) return refuse(new OAuthError('invalid_scope', 'scope is malformed'));
   const audience = decideTokenAudience({
     grantType: 'client_credentials',
@@ -224,10 +214,11 @@ export function decideClientCredentials(input: {
 }
 
 /** The request-only checks of a device-code poll (DESIGN.md §5: a `resource` is refused before anything else). */
-export function checkDevicePollRequest(client: PolicyClient, requested: readonly string[], deviceCode: string | undefined): TokenDecision<string> {
+export function checkDevicePollRequest(client: PolicyClient, requested: readonly string[], deviceCode: string | undefined): Decision<string> {
   const shape = decideResourceParameter('device_code', requested);
   if (!shape.ok) return shape;
-  if (client.kind !== 'device') return refuse(new OAuthError('unauthorized_client', 'this client may not use the device_code grant'));
+  const ineligible = grantRefusal(client, DEVICE_CODE_GRANT);
+  if (ineligible !== undefined) return refuse(ineligible);
   if (deviceCode === undefined) return refuse(missing('device_code'));
   return allow(deviceCode);
 }
@@ -258,7 +249,7 @@ export function decideDevicePoll(input: {
   readonly issuer: string;
   readonly state: DeviceState | undefined;
   readonly now: number;
-}): TokenDecision<DevicePoll> {
+}): Decision<DevicePoll> {
   const { client, state, now } = input;
   if (state === undefined || state.clientId !== client.clientId || state.status === 'redeemed') return refuse(badDeviceCode());
   if (state.expiresAt <= now) return allow({ outcome: 'closed', error: new OAuthError('expired_token', 'the device code has expired; start again') });

@@ -35,7 +35,8 @@ parentPort.once('close', () => {
 /** Starts the checkpointer thread; it does not keep the process alive, and its failures are ignored (best effort). */
 export function startCheckpointer(options: CheckpointerOptions): Worker {
   const driver = createRequire(import.meta.url).resolve('better-sqlite3');
-  const worker = new Worker(CHECKPOINTER_SOURCE, { eval: true, workerData: { ...options, driver } });
+  // No execArgv of the parent: a flag such as --input-type=module would make this CommonJS source fail.
+  const worker = new Worker(CHECKPOINTER_SOURCE, { eval: true, execArgv: [], workerData: { ...options, driver } });
   worker.on('error', () => undefined);
   worker.unref();
   return worker;

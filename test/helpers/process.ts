@@ -171,8 +171,8 @@ export class PinpointProcess {
 }
 
 /** Starts `pinpoint serve --config` from the TypeScript sources (never a stale dist/) and waits for /readyz. */
-export async function startPinpoint(deployment: Deployment, options: { readyTimeoutMs?: number } = {}): Promise<PinpointProcess> {
-  const child = spawn(process.execPath, ['--import', 'tsx', CLI, 'serve', '--config', deployment.configFile], {
+export async function startPinpoint(deployment: Deployment, options: { readyTimeoutMs?: number; args?: readonly string[] } = {}): Promise<PinpointProcess> {
+  const child = spawn(process.execPath, ['--import', 'tsx', CLI, 'serve', '--config', deployment.configFile, ...(options.args ?? [])], {
     cwd: REPO,
     env: { ...process.env, PINPOINT_CONFIG: '' },
     stdio: ['ignore', 'pipe', 'pipe'],

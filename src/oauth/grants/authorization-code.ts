@@ -3,11 +3,12 @@ import type { AppContext } from '../../context.js';
 import { pkceChallengeOf, digestOf } from '../../crypto/digest.js';
 import { newRefreshToken } from '../../crypto/refresh-token.js';
 import { all, single } from '../../http/params.js';
+import { refreshLifetimeOf } from '../../policy/grant-eligibility.js';
 import type { Audience } from '../../policy/resource.js';
 import { refreshTokenBinding } from '../../policy/sender-constraint.js';
 import { badCode, checkCodeExchangeRequest, decideCodeExchange } from '../../policy/token-requests.js';
 import type { AuthorizationCodeRecord, AuthorizationCodeStore, Grant, GrantStore } from '../../store/types.js';
-import { issueTokens } from '../token-response.js';
+import { issueTokens } from '../../tokens/response.js';
 import { revokeReplayed, type GrantHandler } from './grant.js';
 
 interface ValidCodeExchange {
@@ -36,8 +37,8 @@ export function authorizationCodeGrant(ctx: AppContext, store: AuthorizationCode
 
     async respond(request, { code, grant, audience }) {
       const { client, now, proofKey } = request;
-      const boundKey = refreshTokenBinding(client, proofKey);
-      const refresh = client.refreshLifetimeMs === undefined ? undefined : newRefreshToken(grant.id, now, client.refreshLifetimeMs, boundKey);
+      const refreshLifetimeMs = refreshLifetimeOf(client);
+      const refresh = refreshLifetimeMs === undefined ? undefined : newRefreshToken(grant.id, now, refreshLifetimeMs, refreshTokenBinding(client, proofKey));
       // The code is used and the refresh token stored in one transaction: one commit per exchange.
       // The grant lives at least as long as the access token, so /introspect finds it (DESIGN.md §8).
       if (!(await store.consumeCode(code.digest, now, now + ctx.config.accessTokenLifetimeMs, refresh?.record))) {
@@ -46,7 +47,7 @@ export function authorizationCodeGrant(ctx: AppContext, store: AuthorizationCode
         throw badCode();
       }
       return issueTokens(
-        ctx,
+        ctx.signer,
         {
           client,
           grantId: grant.id,

@@ -4,7 +4,7 @@ import { all, single } from '../../http/params.js';
 import type { Audience } from '../../policy/resource.js';
 import { parseScope } from '../../policy/scope.js';
 import { decideClientCredentials } from '../../policy/token-requests.js';
-import { issueTokens } from '../token-response.js';
+import { issueTokens } from '../../tokens/response.js';
 import type { GrantHandler } from './grant.js';
 
 interface ValidClientCredentials {
@@ -22,7 +22,7 @@ export function clientCredentialsGrant(ctx: AppContext): GrantHandler<ValidClien
 
     async respond({ client, now, proofKey }, { scope, audience }) {
       // RFC 9068 §2.2: with no person, the subject is the client itself.
-      return issueTokens(ctx, { client, subject: client.clientId, audience, scope, confirmation: proofKey }, now);
+      return issueTokens(ctx.signer, { client, subject: client.clientId, audience, scope, confirmation: proofKey }, now);
     },
   };
 }

@@ -4,14 +4,13 @@ import type { AppContext } from '../../context.js';
 import { digestOf } from '../../crypto/digest.js';
 import { newRefreshToken } from '../../crypto/refresh-token.js';
 import { all, single } from '../../http/params.js';
+import { DEVICE_CODE_GRANT, refreshLifetimeOf } from '../../policy/grant-eligibility.js';
 import { OAuthError } from '../../policy/oauth-error.js';
 import { refreshTokenBinding } from '../../policy/sender-constraint.js';
 import { badDeviceCode, checkDevicePollRequest, decideDevicePoll, type DevicePoll } from '../../policy/token-requests.js';
 import type { DeviceAuthorizationRecord, DeviceCodeStore, Grant } from '../../store/types.js';
-import { issueTokens } from '../token-response.js';
+import { issueTokens } from '../../tokens/response.js';
 import type { GrantHandler } from './grant.js';
-
-export const DEVICE_CODE_GRANT = 'urn:ietf:params:oauth:grant-type:device_code';
 
 interface ValidPoll {
   readonly record: DeviceAuthorizationRecord;
@@ -50,8 +49,8 @@ export function deviceCodeGrant(ctx: AppContext, store: DeviceCodeStore): GrantH
       const authTime = record.authTime ?? record.createdAt;
       const claims = record.claims ?? {};
       const grantId = randomUUID();
-      const boundKey = refreshTokenBinding(client, proofKey);
-      const refresh = client.refreshLifetimeMs === undefined ? undefined : newRefreshToken(grantId, now, client.refreshLifetimeMs, boundKey);
+      const refreshLifetimeMs = refreshLifetimeOf(client);
+      const refresh = refreshLifetimeMs === undefined ? undefined : newRefreshToken(grantId, now, refreshLifetimeMs, refreshTokenBinding(client, proofKey));
       const grant: Grant = {
         id: grantId,
         clientId: client.clientId,
@@ -67,7 +66,7 @@ export function deviceCodeGrant(ctx: AppContext, store: DeviceCodeStore): GrantH
       // RFC 8628 §3.5 + DESIGN.md §6: one atomic redemption; a second (or parallel) one gets invalid_grant.
       if (!(await store.redeemDeviceCode(record.deviceCodeDigest, grant, refresh?.record, now))) throw badDeviceCode();
       return issueTokens(
-        ctx,
+        ctx.signer,
         {
           client,
           grantId,

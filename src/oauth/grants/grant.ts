@@ -7,10 +7,10 @@
 import type { FastifyBaseLogger } from 'fastify';
 import type { ClientRecord } from '../../config/types.js';
 import type { Params } from '../../http/params.js';
-import type { TokenDecision } from '../../policy/token-requests.js';
+import type { Decision } from '../../policy/decision.js';
 import type { GrantStore } from '../../store/types.js';
 import type { Metrics } from '../../http/metrics.js';
-import type { Issued, TokenResponse } from '../token-response.js';
+import type { Issued, TokenResponse } from '../../tokens/response.js';
 
 export interface TokenRequest {
   readonly client: ClientRecord;
@@ -27,7 +27,7 @@ export interface TokenRequest {
 
 export interface GrantHandler<Validated> {
   readonly grantType: string;
-  validate(request: TokenRequest): Promise<TokenDecision<Validated>>;
+  validate(request: TokenRequest): Promise<Decision<Validated>>;
   respond(request: TokenRequest, validated: Validated): Promise<Issued>;
 }
 
@@ -41,7 +41,7 @@ export async function runGrant<V>(handler: GrantHandler<V>, grants: GrantStore, 
   await request.beforeChanges?.();
   const issued = await handler.respond(request, decision.value);
   metrics.tokensIssued.inc({ grant_type: handler.grantType });
-  request.audit({ event: 'token_issued', client_id: request.client.clientId, grant_type: handler.grantType, aud: issued.audience, scope: issued.response.scope, grant_id: issued.grantId });
+  request.audit({ event: 'token_issued', client_id: request.client.clientId, grant_type: handler.grantType, aud: issued.audience, scope: issued.response.scope, grant_id: issued.grantId, ...issued.audit });
   return issued.response;
 }
 

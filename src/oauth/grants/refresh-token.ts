@@ -10,7 +10,7 @@ import { parseScope } from '../../policy/scope.js';
 import { bindingRefusal, refreshTokenBinding } from '../../policy/sender-constraint.js';
 import { badRefreshToken, checkRefreshRequest, decideRefresh, withinReuseGrace, type RefreshState } from '../../policy/token-requests.js';
 import type { Grant, GrantStore, RefreshLookup, RefreshTokenStore } from '../../store/types.js';
-import { issueTokens } from '../token-response.js';
+import { issueTokens } from '../../tokens/response.js';
 import { revokeReplayed, type GrantHandler } from './grant.js';
 
 interface ValidRefresh {
@@ -72,7 +72,7 @@ export function refreshTokenGrant(ctx: AppContext, store: RefreshTokenStore & Gr
         throw badRefreshToken();
       }
       if (rotate === undefined) request.log.info({ client_id: client.clientId, grant_id: grant.id }, 'rotated refresh token presented again within the reuse grace');
-      return issueTokens(ctx, { client, grantId: grant.id, subject: grant.subject, audience, scope, confirmation: proofKey, authTime: grant.authTime, refreshToken: next.value }, now);
+      return issueTokens(ctx.signer, { client, grantId: grant.id, subject: grant.subject, audience, scope, confirmation: proofKey, authTime: grant.authTime, refreshToken: next.value }, now);
     },
   };
 }

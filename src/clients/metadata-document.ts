@@ -7,6 +7,7 @@ import type { JSONWebKeySet } from 'jose';
 import type { Agent } from 'undici';
 import { parsePublicJwkSet, unimportableKeyProblem } from '../crypto/jwk-set.js';
 import { dynamicRedirectUriProblem } from '../policy/redirect-uri.js';
+import { bounded } from '../log.js';
 import { FetchRefused, getSmall, publicAgent, type PublicAgentOptions } from './safe-fetch.js';
 
 /** A document that passed every rule; only the fields the server uses are kept (logo_uri is data, never fetched). */
@@ -37,7 +38,14 @@ export type DocumentCheck = { readonly ok: true; readonly document: MetadataDocu
 /** What a document's jwks_uri served (DESIGN.md §13): a JWK Set of public keys, or why it cannot be used. */
 export type KeySetCheck = { readonly ok: true; readonly jwks: JSONWebKeySet } | { readonly ok: false; readonly reason: string };
 
-export interface MetadataDocumentsOptions extends Pick<PublicAgentOptions, 'allowPrivateAddresses' | 'ca'> {
+/** Where a failed fetch's detail goes (a pino logger): the page says less, so it names no internal address (DESIGN.md §7). */
+export interface FetchFailureLog {
+  warn(fields: Record<string, unknown>, message: string): void;
+}
+
+export interface MetadataDocumentsOptions extends Pick<PublicAgentOptions, 'allowPrivateAddresses' | 'ca' | 'lookup'> {
+  /** Gets the address or error code behind each failed fetch; default: nowhere. */
+  readonly log?: FetchFailureLog;
   /** Milliseconds since the epoch; cache expiry reads only this. Default Date.now. */
   readonly now?: () => number;
   /** Milliseconds for a whole fetch; default 5000 (DESIGN.md §9). */
@@ -215,6 +223,7 @@ class FetchCache<T> {
 export class MetadataDocuments {
   readonly #agent: Agent;
   readonly #timeoutMs: number;
+  readonly #log: FetchFailureLog | undefined;
   readonly #documents: FetchCache<{ readonly document: MetadataDocument }>;
   readonly #keySets: FetchCache<{ readonly jwks: JSONWebKeySet }>;
 
@@ -222,12 +231,14 @@ export class MetadataDocuments {
     const now = options.now ?? Date.now;
     const maxEntries = options.maxEntries ?? MAX_ENTRIES;
     this.#timeoutMs = options.timeoutMs ?? TIMEOUT_MS;
+    this.#log = options.log;
     this.#documents = new FetchCache(now, maxEntries);
     this.#keySets = new FetchCache(now, maxEntries);
     this.#agent = publicAgent({
       connectTimeoutMs: this.#timeoutMs,
       ...(options.allowPrivateAddresses !== undefined && { allowPrivateAddresses: options.allowPrivateAddresses }),
       ...(options.ca !== undefined && { ca: options.ca }),
+      ...(options.lookup !== undefined && { lookup: options.lookup }),
     });
   }
 
@@ -289,6 +300,10 @@ export class MetadataDocuments {
       return { check, keepMs: freshnessMs(answer.headers['cache-control'], answer.headers['age']) };
     } catch (error) {
       const reason = error instanceof FetchRefused ? error.message : 'an unexpected error';
+      const detail = error instanceof FetchRefused ? (error.detail ?? error.message) : error instanceof Error ? error.message : String(error);
+      const refusal = error instanceof FetchRefused ? error.code : 'error';
+      const where = what === 'jwks_uri' ? { event: 'jwks_uri_fetch', jwks_uri: bounded(url) } : { event: 'metadata_document_fetch', client_id: bounded(url) };
+      this.#log?.warn({ ...where, refusal, detail: bounded(detail) }, `a client ${what} could not be fetched`);
       return { check: { ok: false, reason: `the client's ${what} could not be fetched: ${reason}` }, keepMs: FAILURE_MS };
     }
   }

@@ -3,7 +3,7 @@ import { timingSafeEqual } from 'node:crypto';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { digestOf } from '../crypto/digest.js';
 import { randomText } from '../crypto/random.js';
-import { readCookie, serializeCookie, type CookieSettings } from './cookies.js';
+import { readCookie, serializeCookie, type CookieSettings } from '../http/cookies.js';
 
 export const CSRF_COOKIE = 'pinpoint_csrf';
 

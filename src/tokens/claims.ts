@@ -1,6 +1,7 @@
 /** The claims of access tokens (RFC 9068 §2.2) and ID tokens (OIDC Core §2): values only, signing is crypto/jwt.ts. */
 import { sha256 } from '../crypto/digest.js';
 import { randomText } from '../crypto/random.js';
+import type { ActClaim } from '../policy/act-chain.js';
 import type { Audience } from '../policy/resource.js';
 import type { SubjectClaims } from '../store/types.js';
 
@@ -19,6 +20,10 @@ export interface AccessTokenInput {
   readonly authTime?: number;
   /** The grant the token belongs to; none for client_credentials. */
   readonly grantId?: string;
+  /** Token exchange (RFC 8693 §4.1): who acts for the subject, built by policy/act-chain.ts. */
+  readonly act?: ActClaim;
+  /** Epoch seconds the token may not outlive (DESIGN.md §12: an exchanged token ends with its subject token). */
+  readonly notAfter?: number;
 }
 
 /** A token's jti names its grant (`<grant id>.<random>`), so /introspect checks the grant with one lookup by key. */
@@ -36,7 +41,7 @@ export function accessTokenClaims(input: AccessTokenInput, now: number): Record<
     iss: input.issuer,
     sub: input.subject,
     aud: input.audience,
-    exp: iat + input.lifetimeSeconds,
+    exp: input.notAfter === undefined ? iat + input.lifetimeSeconds : Math.min(iat + input.lifetimeSeconds, input.notAfter),
     iat,
     jti: input.grantId === undefined ? randomText(16) : `${input.grantId}${JTI_SEPARATOR}${randomText(16)}`,
     client_id: input.clientId,
@@ -44,6 +49,7 @@ export function accessTokenClaims(input: AccessTokenInput, now: number): Record<
     ...(input.confirmation !== undefined && { cnf: { jkt: input.confirmation } }),
   };
   if (input.authTime !== undefined) claims.auth_time = epochSeconds(input.authTime);
+  if (input.act !== undefined) claims.act = input.act;
   return claims;
 }
 

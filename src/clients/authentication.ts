@@ -4,9 +4,9 @@
  * client_id alone for public ones.
  */
 import { decodeJwt } from 'jose';
-import { JWT_BEARER_ASSERTION, verifyClientAssertion } from '../clients/private-key-jwt.js';
+import type { JWTVerifyGetKey } from 'jose';
+import { JWT_BEARER_ASSERTION, verifyClientAssertion } from './private-key-jwt.js';
 import type { ClientRecord, ResourceServerRecord } from '../config/types.js';
-import type { AppContext } from '../context.js';
 import { invalidClient, invalidRequest } from '../policy/oauth-error.js';
 import { single, type Params } from '../http/params.js';
 import { matchesDigest, sha256 } from '../crypto/digest.js';
@@ -71,6 +71,15 @@ export function readClientCredentials(authorization: string | undefined, params:
 /** Checks a private_key_jwt client's assertion at one endpoint and records its jti, or throws invalid_client. */
 export type AssertionVerifier = (client: ClientRecord, assertion: string) => Promise<void>;
 
+/** What checking assertions reads: the issuer, the clock, and the keys of a client (directory.ts assertionKeysOf). */
+export interface AssertionSources {
+  readonly issuer: string;
+  readonly now: () => number;
+  readonly clients: {
+    assertionKeysOf(client: ClientRecord): Promise<{ readonly ok: true; readonly keys: JWTVerifyGetKey } | { readonly ok: false; readonly reason: string }>;
+  };
+}
+
 /**
  * The assertion check of the endpoint at `path` (DESIGN.md §13: `aud` may name the issuer or this URL). The jti is
  * recorded as soon as the assertion itself passes, before the rest of the request is judged: authentication is whole
@@ -78,13 +87,13 @@ export type AssertionVerifier = (client: ClientRecord, assertion: string) => Pro
  * assertion is made for one request (RFC 7523 §3), so recording it for a request refused later costs the client
  * nothing and keeps a captured assertion from being tried again with other parameters.
  */
-export function assertionVerifier(ctx: AppContext, replays: ReplayStore, path: string): AssertionVerifier {
-  const endpointUrl = `${ctx.issuer}${path}`;
+export function assertionVerifier(sources: AssertionSources, replays: ReplayStore, path: string): AssertionVerifier {
+  const endpointUrl = `${sources.issuer}${path}`;
   return async (client, assertion) => {
-    const keys = await ctx.clients.assertionKeysOf(client);
+    const keys = await sources.clients.assertionKeysOf(client);
     if (!keys.ok) throw invalidClient(keys.reason);
-    const now = ctx.now();
-    const check = await verifyClientAssertion(assertion, keys.keys, { clientId: client.clientId, issuer: ctx.issuer, endpointUrl, now });
+    const now = sources.now();
+    const check = await verifyClientAssertion(assertion, keys.keys, { clientId: client.clientId, issuer: sources.issuer, endpointUrl, now });
     if (!check.ok) throw invalidClient(check.reason);
     const { id, expiresAt } = check.accepted.replay;
     if (!(await replays.markUsedOnce('client_assertion', id, expiresAt, now))) throw invalidClient('the client assertion was already used (its jti was seen before)');

@@ -3,7 +3,7 @@ import type { FastifyReply, FastifyRequest } from 'fastify';
 import { digestOf } from '../crypto/digest.js';
 import { newSecret } from '../crypto/random.js';
 import type { SessionRecord, SessionStore, SubjectClaims } from '../store/types.js';
-import { readCookie, serializeCookie, type CookieSettings } from './cookies.js';
+import { readCookie, serializeCookie, type CookieSettings } from '../http/cookies.js';
 
 export const SESSION_COOKIE = 'pinpoint_session';
 

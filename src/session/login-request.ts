@@ -7,9 +7,9 @@ import type { FastifyReply, FastifyRequest } from 'fastify';
 import { randomText } from '../crypto/random.js';
 import { OAuthError } from '../policy/oauth-error.js';
 import type { LoginPurpose, LoginRequestStore } from '../store/types.js';
-import type { CookieSettings } from './cookies.js';
+import type { CookieSettings } from '../http/cookies.js';
 import { browserBinding } from './csrf.js';
-import { pageHeaders } from './pages.js';
+import { pageHeaders } from '../http/pages.js';
 
 /** Long enough to type a password or visit an upstream, short enough not to pile up. */
 export const LOGIN_REQUEST_LIFETIME_MS = 15 * 60_000;

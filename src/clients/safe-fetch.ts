@@ -8,16 +8,24 @@ import { BlockList, isIP, type LookupFunction } from 'node:net';
 import type { SecureContextOptions } from 'node:tls';
 import { Agent, buildConnector, request, type Dispatcher } from 'undici';
 
-/** Why a fetch did not produce an answer, in words fit for an error page. */
+/**
+ * Why a fetch did not produce an answer: `message` in words fit for an error page, `detail` (a resolved address, a
+ * resolver or socket error code) for the log only, so the page is no oracle for internal names (DESIGN.md §7).
+ */
 export class FetchRefused extends Error {
   readonly code: 'forbidden_address' | 'timeout' | 'too_large' | 'unreachable';
+  readonly detail: string | undefined;
 
-  constructor(code: FetchRefused['code'], reason: string) {
+  constructor(code: FetchRefused['code'], reason: string, detail?: string) {
     super(reason);
     this.name = 'FetchRefused';
     this.code = code;
+    this.detail = detail;
   }
 }
+
+/** What a person is told both for a host that resolves only to non-public addresses and for one that does not resolve. */
+export const UNREACHABLE_HOST = 'its host could not be reached';
 
 // IANA IPv4 Special-Purpose Address Registry (RFC 6890 and successors): ranges that are not a public web server.
 const NON_PUBLIC_IPV4: ReadonlyArray<readonly [string, number]> = [
@@ -73,7 +81,7 @@ export function isPublicAddress(address: string): boolean {
 }
 
 const forbidden = (address: string): FetchRefused =>
-  new FetchRefused('forbidden_address', `the host resolves to ${address}, a loopback, private, link-local or reserved address`);
+  new FetchRefused('forbidden_address', UNREACHABLE_HOST, `the host resolves to ${address}, a loopback, private, link-local or reserved address`);
 
 /**
  * A `lookup` for net/tls.connect that resolves every address of the name and fails when any of them is not public,
@@ -102,13 +110,15 @@ export interface PublicAgentOptions {
   readonly ca?: SecureContextOptions['ca'];
   /** Milliseconds a connection (including its TLS handshake) may take. */
   readonly connectTimeoutMs?: number;
+  /** The resolver behind the address check; default node:dns lookup (tests keep their names off the network). */
+  readonly lookup?: typeof dnsLookup;
 }
 
 /** An undici Agent that connects only to public addresses, unless `allowPrivateAddresses` is set. */
 export function publicAgent(options: PublicAgentOptions = {}): Agent {
   const base = buildConnector({
     ...(options.ca !== undefined && { ca: options.ca }),
-    ...(options.allowPrivateAddresses !== true && { lookup: publicOnlyLookup() }),
+    lookup: options.allowPrivateAddresses === true ? (options.lookup ?? dnsLookup) : publicOnlyLookup(options.lookup),
     timeout: options.connectTimeoutMs ?? 5000,
   });
   if (options.allowPrivateAddresses === true) return new Agent({ connect: base });
@@ -186,7 +196,7 @@ export async function getSmall(url: string, options: SmallGetOptions): Promise<S
     if (timedOut) throw new FetchRefused('timeout', `no complete answer within ${options.timeoutMs / 1000} s`);
     const refused = causeOf(error);
     if (refused !== undefined) throw refused;
-    throw new FetchRefused('unreachable', `the connection failed (${describe(error)})`);
+    throw new FetchRefused('unreachable', UNREACHABLE_HOST, `the connection failed (${describe(error)})`);
   } finally {
     clearTimeout(timer);
   }
@@ -207,7 +217,7 @@ function causeOf(error: unknown): FetchRefused | undefined {
   return undefined;
 }
 
-// A code such as ENOTFOUND or CERT_HAS_EXPIRED says what went wrong without echoing anything the peer sent.
+// For the log: a code such as ENOTFOUND or CERT_HAS_EXPIRED says what went wrong without echoing anything the peer sent.
 function describe(error: unknown): string {
   for (let current = error, depth = 0; current instanceof Error && depth < 5; current = current.cause, depth += 1) {
     const code = (current as NodeJS.ErrnoException).code;

@@ -4,14 +4,15 @@
  * Dynamic clients become ClientRecords with the `dynamic_clients` block's audience, scopes and lifetimes.
  */
 import type { JWTVerifyGetKey } from 'jose';
-import { ClientKeySets } from '../clients/private-key-jwt.js';
+import { ClientKeySets } from './private-key-jwt.js';
 import type { AssertionKeys, ClientRecord, Config, DynamicClientsConfig } from '../config/types.js';
 import { randomText } from '../crypto/random.js';
+import { dynamicClientDeclared } from '../policy/grant-eligibility.js';
 import { parseScope } from '../policy/scope.js';
 import type { RegisteredClientRecord, RegisteredClientStore } from '../store/types.js';
 import type { MetadataDocument, MetadataDocuments } from './metadata-document.js';
 
-/** What fetches, checks and caches client ID metadata documents (http/metadata-document.ts). */
+/** What fetches, checks and caches client ID metadata documents and their key sets (metadata-document.ts). */
 export type DocumentResolver = Pick<MetadataDocuments, 'resolve' | 'cachedDocument' | 'resolveKeySet'>;
 
 export type ClientResolution =
@@ -51,7 +52,8 @@ function dynamicClient(
   const asked = described.scope === undefined ? undefined : parseScope(described.scope);
   // A registered scope narrows what the client may ask within the block's scopes, and is its default (DESIGN.md §9).
   const scopes = asked === undefined ? dynamic.scopes : dynamic.scopes.filter((value) => asked.includes(value));
-  const refreshes = described.grantTypes === undefined || described.grantTypes.includes('refresh_token');
+  // Only a client that declared refresh_token gets refresh tokens (DESIGN.md §9); the grant check asks the same rule.
+  const refreshes = dynamicClientDeclared(described.grantTypes, 'refresh_token');
   return {
     clientId,
     kind: secretDigest === undefined && assertionKeys === undefined ? 'public' : 'confidential',
@@ -68,6 +70,7 @@ function dynamicClient(
     refreshReuseGraceMs: dynamic.refreshReuseGraceMs,
     dynamic: {
       source,
+      ...(described.grantTypes !== undefined && { grantTypes: described.grantTypes }),
       ...(described.clientName !== undefined && { clientName: described.clientName }),
       ...(described.clientUri !== undefined && { clientUri: described.clientUri }),
       ...(described.logoUri !== undefined && { logoUri: described.logoUri }),

@@ -1,0 +1,155 @@
+/**
+ * The Fastify instance and what every request goes through, whatever its route (DESIGN.md §4, §10): proxies,
+ * request ids, form bodies only, CORS, the access line and request metrics, HSTS, and the one place a thrown error
+ * or an unknown path becomes an answer. buildApp adds the routes.
+ */
+import { randomUUID } from 'node:crypto';
+import formbody from '@fastify/formbody';
+import Fastify, { LogController, type FastifyInstance } from 'fastify';
+import type { Logger } from 'pino';
+import { bounded } from '../log.js';
+import { OAuthError } from '../policy/oauth-error.js';
+import { clientErrorHandler, isApiPath } from './client-error.js';
+import { corsHook } from './cors.js';
+import { requestRecorder, type Metrics } from './metrics.js';
+import { LIMITS, parseParams } from './params.js';
+import { proxyTrust, REQUEST_ID_SHAPE } from './proxies.js';
+import { sendErrorPage, sendJsonError, toOAuthError } from './render-error.js';
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    /** client_id once known, for the access log. */
+    clientId: string | undefined;
+    /** The OAuth error code or "ok", for the access log. */
+    outcome: string | undefined;
+    /** Audit fields of this request (DESIGN.md §10), carried by its access line, which then has `audit: true`. */
+    audit: Record<string, unknown> | undefined;
+  }
+}
+
+/** The methods Pinpoint's routes use (HEAD comes with GET). */
+const ROUTED_METHODS = ['GET', 'HEAD', 'POST'] as const;
+
+export interface TransportOptions {
+  readonly logger: Logger;
+  readonly baseUrl: string;
+  readonly basePath: string;
+  readonly trustedProxies: readonly string[];
+  readonly https?: { key: Buffer; cert: Buffer };
+  readonly metrics: Metrics;
+  /** Whether a browser origin is one of some client's redirect URIs (CORS, DESIGN.md §4). */
+  readonly isClientOrigin: (origin: string) => boolean;
+  /** Counts a refused request against its address (a malformed request is a failure too, DESIGN.md §4). */
+  readonly countFailure: (address: string, status: number) => void;
+}
+
+/** A Fastify instance with every cross-cutting part in place and no route yet. */
+export async function createTransport(options: TransportOptions): Promise<FastifyInstance> {
+  const app = createFastify(options);
+  app.decorateRequest('clientId', undefined);
+  app.decorateRequest('outcome', undefined);
+  app.decorateRequest('audit', undefined);
+  // Only form bodies are accepted (DESIGN.md §4): anything else is 415.
+  app.removeAllContentTypeParsers();
+  // The body is a Params map; formbody types it as a record, hence the cast.
+  await app.register(formbody, { parser: parseParams as unknown as (text: string) => Record<string, unknown>, bodyLimit: LIMITS.bodyBytes });
+  addAccessLine(app, options.metrics);
+  await addRequestIdAndCors(app, options);
+  // RFC 6797: an https issuer tells browsers to use nothing else for a year.
+  if (options.baseUrl.startsWith('https:')) {
+    app.addHook('onSend', async (_request, reply) => {
+      reply.header('Strict-Transport-Security', 'max-age=31536000');
+    });
+  }
+  addErrorAnswers(app, options);
+  return app;
+}
+
+function createFastify(options: TransportOptions): FastifyInstance {
+  const trusted = proxyTrust(options.trustedProxies);
+  return Fastify({
+    loggerInstance: options.logger,
+    logController: new LogController({ disableRequestLogging: true }),
+    bodyLimit: LIMITS.bodyBytes,
+    // DESIGN.md §3: forwarded headers are believed from trusted_proxies only, in every tls mode.
+    // Without trusted proxies Fastify's fast path applies: the socket address is the client.
+    trustProxy: options.trustedProxies.length === 0 ? false : (address: string) => trusted(address),
+    // The request id of a trusted proxy is kept (one id across the proxy's logs and ours); a client's never is.
+    genReqId: (raw) => {
+      const forwarded = raw.headers['x-request-id'];
+      return typeof forwarded === 'string' && REQUEST_ID_SHAPE.test(forwarded) && trusted(raw.socket.remoteAddress) ? forwarded : randomUUID();
+    },
+    requestIdHeader: false,
+    // A closing server answers what already reached it (DESIGN.md §11: a draining worker refuses no request); new
+    // connections go to the other workers, and each answer closes its connection.
+    return503OnClosing: false,
+    clientErrorHandler: clientErrorHandler(options.basePath, options.logger),
+    ...(options.https ? { https: options.https } : {}),
+  }) as unknown as FastifyInstance;
+}
+
+/**
+ * One onResponse hook: the request metrics, then one access-log line per request, with chosen fields only
+ * (DESIGN.md §10): never a query string, header or body, and a value taken from the request at most 256 characters long.
+ */
+function addAccessLine(app: FastifyInstance, metrics: Metrics): void {
+  const recordRequest = requestRecorder(metrics);
+  app.addHook('onResponse', (request, reply, done) => {
+    recordRequest(request, reply);
+    const line = {
+      method: request.method,
+      path: bounded(request.url.split('?')[0]),
+      status: reply.statusCode,
+      ms: Math.round(reply.elapsedTime),
+      // reqId comes from the request logger's bindings.
+      address: request.ip,
+      client_id: bounded(request.clientId),
+      outcome: request.outcome ?? (reply.statusCode < 400 ? 'ok' : 'error'),
+      // One line per request: an audited request's access line is its audit line.
+      ...(request.audit !== undefined && { audit: true, ...request.audit }),
+    };
+    if (reply.statusCode >= 500) request.log.error(line, 'request');
+    else request.log.info(line, 'request');
+    done();
+  });
+}
+
+/**
+ * One onRequest hook, callback style (no promise per request): every answer names its request, so an operator can
+ * find its log lines (DESIGN.md §10), and CORS runs for the requests that carry an Origin (cors.ts).
+ */
+async function addRequestIdAndCors(app: FastifyInstance, options: TransportOptions): Promise<void> {
+  const cors = await corsHook(app, options.basePath, options.isClientOrigin);
+  app.addHook('onRequest', (request, reply, done) => {
+    reply.header('X-Request-Id', request.id);
+    // What @fastify/cors sends without an Origin: the answer differs by Origin, so caches must key on it.
+    if (request.headers.origin === undefined) {
+      reply.header('Vary', 'Origin');
+      done();
+    } else cors(request, reply, done);
+  });
+}
+
+/** Thrown errors and unknown paths: JSON at API paths, the HTML error page for pages (DESIGN.md §4). */
+function addErrorAnswers(app: FastifyInstance, options: TransportOptions): void {
+  app.setErrorHandler(async (error, request, reply) => {
+    const oauthError = toOAuthError(error, request);
+    // Malformed requests (bad bodies, NUL bytes, ...) are failures of their address too (DESIGN.md §4).
+    options.countFailure(request.ip, oauthError.status);
+    if (request.routeOptions.config?.page === true) return sendErrorPage(reply, oauthError);
+    return sendJsonError(reply, oauthError);
+  });
+  app.setNotFoundHandler(async (request, reply) => {
+    const path = request.url.split('?')[0] ?? '';
+    // RFC 9110 §15.5.6: a path that exists under other methods answers 405 with the methods it has.
+    const allowed = ROUTED_METHODS.filter((method) => app.hasRoute({ method, url: path }));
+    if (allowed.length > 0) reply.header('Allow', allowed.join(', '));
+    const refusal =
+      allowed.length > 0
+        ? new OAuthError('invalid_request', `${request.method} is not allowed here; use ${allowed.join(' or ')}`, 405)
+        : new OAuthError('not_found', 'no such endpoint', 404);
+    // DESIGN.md §4: a browser asking for a page gets the HTML error page.
+    if (!isApiPath(path, options.basePath) && /\btext\/html\b/.test(request.headers.accept ?? '')) return sendErrorPage(reply, refusal);
+    return sendJsonError(reply, refusal);
+  });
+}

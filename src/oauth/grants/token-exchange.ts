@@ -1,0 +1,93 @@
+/**
+ * grant_type=urn:ietf:params:oauth:grant-type:token-exchange (RFC 8693, DESIGN.md §12): a resource server that got a
+ * person's token calls another server on that person's behalf, with a token for that server alone. The checks, in
+ * order, are policy/token-exchange.ts; an exchange changes no state (its token belongs to the subject token's grant),
+ * so a refused one writes nothing by construction.
+ */
+import type { JWTPayload } from 'jose';
+import type { AppContext } from '../../context.js';
+import { all, single, type Params } from '../../http/params.js';
+import { audienceClaim } from '../../policy/resource.js';
+import { parseScope } from '../../policy/scope.js';
+import {
+  ACCESS_TOKEN_TYPE,
+  TOKEN_EXCHANGE_GRANT,
+  checkSubjectToken,
+  checkTokenExchangeRequest,
+  decideTokenExchange,
+  type Exchange,
+  type ExchangeParameters,
+  type SubjectToken,
+} from '../../policy/token-exchange.js';
+import type { GrantStore, RevokedTokenStore } from '../../store/types.js';
+import { accessTokenStands } from '../../tokens/access-token-state.js';
+import { grantIdOfJti } from '../../tokens/claims.js';
+import { issueTokens } from '../../tokens/response.js';
+import type { GrantHandler } from './grant.js';
+
+/** What this grant reads (RFC 8693 §2.1); actor_token, actor_token_type and audience are read only to be refused. */
+function exchangeParameters(params: Params): ExchangeParameters {
+  return {
+    subjectToken: single(params, 'subject_token'),
+    subjectTokenType: single(params, 'subject_token_type'),
+    requestedTokenType: single(params, 'requested_token_type'),
+    resources: all(params, 'resource'),
+    requestedScope: parseScope(single(params, 'scope')),
+    actorToken: params.has('actor_token'),
+    actorTokenType: params.has('actor_token_type'),
+    audience: params.has('audience'),
+  };
+}
+
+interface ValidExchange extends Exchange {
+  readonly subject: SubjectToken;
+}
+
+export function tokenExchangeGrant(ctx: AppContext, store: GrantStore & RevokedTokenStore): GrantHandler<ValidExchange> {
+  /** jose's verdict on the subject token (issuer, our keys, unexpired, at+jwt); undefined when it refused. */
+  async function verifiedClaims(token: string, now: number): Promise<JWTPayload | undefined> {
+    try {
+      // A resource server exchanges one person's token for each downstream call: jose verifies it once (DESIGN.md §11 speed).
+      return await ctx.verifiedAccessTokens.verify(ctx.keys, token, ctx.issuer, now);
+    } catch {
+      return undefined;
+    }
+  }
+
+  return {
+    grantType: TOKEN_EXCHANGE_GRANT,
+
+    async validate({ client, params, now }) {
+      const request = checkTokenExchangeRequest(client, exchangeParameters(params));
+      if (!request.ok) return request;
+      const claims = await verifiedClaims(request.value.subjectToken, now);
+      const jti = typeof claims?.jti === 'string' ? claims.jti : undefined;
+      const subject = checkSubjectToken({ client, issuer: ctx.issuer, claims, grantId: jti === undefined ? undefined : grantIdOfJti(jti) });
+      if (!subject.ok) return subject;
+      const grantStands = await accessTokenStands(ctx.tokenState, { jti: subject.value.jti, clientId: subject.value.clientId, exchanged: subject.value.act !== undefined });
+      const decision = decideTokenExchange({ client, request: request.value, subject: subject.value, grantStands });
+      if (!decision.ok) return decision;
+      return { ok: true, value: { ...decision.value, subject: subject.value } };
+    },
+
+    async respond({ client, now, proofKey }, { subject, audience, scope, act }) {
+      const issued = await issueTokens(
+        ctx.signer,
+        {
+          client,
+          grantId: subject.grantId,
+          subject: subject.subject,
+          audience,
+          scope,
+          // DESIGN.md §12-13: with a proof, the exchanged token is DPoP-bound like any other.
+          confirmation: proofKey,
+          ...(subject.authTime !== undefined && { authTime: subject.authTime * 1000 }),
+          exchange: { act, notAfter: subject.expiresAt, issuedTokenType: ACCESS_TOKEN_TYPE },
+        },
+        now,
+      );
+      // DESIGN.md §12: the audit line names the caller (client_id), the subject token's client, the person, both auds.
+      return { ...issued, audit: { subject_client_id: subject.clientId, sub: subject.subject, subject_aud: audienceClaim(subject.audience) } };
+    },
+  };
+}

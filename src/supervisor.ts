@@ -1,0 +1,495 @@
+/**
+ * The primary of `pinpoint serve` (DESIGN.md §11): it only supervises. It starts N workers (worker.ts) sharing the
+ * one listener (node:cluster), restarts one that dies (backing off when they die young), passes SIGTERM/SIGINT on
+ * (each worker answers what it has in flight, then the primary exits 0), replaces the workers one at a time on
+ * SIGHUP when the re-read config is valid, relays limiter counts between workers and serves their summed metrics.
+ */
+import cluster, { type Worker } from 'node:cluster';
+import { randomBytes } from 'node:crypto';
+import { readFile, rename, rm, writeFile } from 'node:fs/promises';
+import type { Server } from 'node:http';
+import { resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import type { Logger } from 'pino';
+import { ConfigInvalid, formatProblem, loadConfig } from './config/load.js';
+import type { Config } from './config/types.js';
+import { formatListen } from './config/urls.js';
+import { workerCount, workersWithoutState, type WorkersSetting } from './config/workers.js';
+import { clusterMetrics, processRegistry, serveMetrics, type MetricsText } from './http/metrics.js';
+import { fanOutLimiterMessage, isLimiterMessage } from './http/shared-limiter.js';
+import { createLogger } from './log.js';
+import { VERSION } from './version.js';
+import { isWorkerMessage, type PrimaryMessage } from './worker-protocol.js';
+
+/** A worker that lived this long had started fine: its death starts the backoff afresh. */
+const STABLE_MS = 30_000;
+const FIRST_RESTART_DELAY_MS = 100;
+const MAX_RESTART_DELAY_MS = 10_000;
+/** Young deaths in a row after which, with no worker serving, the primary gives up (exit 1). */
+const MAX_YOUNG_DEATHS = 10;
+/** A worker not serving this long after it was forked is stuck (a store that never answers): it is killed, as if it had died. */
+const START_TIMEOUT_MS = 60_000;
+/** A worker asked to stop that still has requests after this long is killed, so no hung request holds a stop or a reload forever. */
+const DRAIN_TIMEOUT_MS = 30_000;
+
+/** When to start a worker in place of one that died: at once after a long life, then doubling while they die young. */
+export class RestartBackoff {
+  #youngDeaths = 0;
+
+  /** The delay before the next start, after a worker that lived `livedMs`; undefined once they keep dying young. */
+  next(livedMs: number): number | undefined {
+    if (livedMs >= STABLE_MS) this.#youngDeaths = 0;
+    this.#youngDeaths += 1;
+    if (this.#youngDeaths > MAX_YOUNG_DEATHS) return undefined;
+    return Math.min(FIRST_RESTART_DELAY_MS * 2 ** (this.#youngDeaths - 1), MAX_RESTART_DELAY_MS);
+  }
+}
+
+/** Where `pinpoint reload` leaves its request and finds the answer: next to the pid file. */
+export const reloadFiles = (pidFile: string): { readonly request: string; readonly result: string } => ({
+  request: `${pidFile}.reload-request`,
+  result: `${pidFile}.reload-result`,
+});
+
+/** What `pinpoint reload` asks: which file to read, and a nonce the answer repeats. */
+export interface ReloadRequest {
+  readonly nonce: string;
+  readonly config: string;
+}
+
+/** The primary's answer to a reload: taken or not, with every problem. */
+export interface ReloadResult {
+  readonly nonce: string;
+  readonly ok: boolean;
+  readonly problems: readonly string[];
+  readonly workers?: number;
+}
+
+export interface SuperviseOptions {
+  /** `serve --workers`: wins over the config's `workers`, also after a reload. */
+  readonly workers?: WorkersSetting;
+  readonly pidFile?: string;
+}
+
+/** A config ready to hand to workers: validated, with the files it names that workers would otherwise read. */
+interface Prepared {
+  readonly config: Config;
+  readonly warnings: readonly string[];
+  readonly https?: { readonly cert: string; readonly key: string };
+  readonly count: number;
+}
+
+/** One worker process. */
+interface Member {
+  readonly worker: Worker;
+  readonly slot: number;
+  readonly startedAt: number;
+  ready: boolean;
+  /** Asked to stop: its exit is expected. */
+  retiring: boolean;
+  exitedAt?: number;
+  /** What it said when it could not start. */
+  failure?: string;
+  /** Resolves once it serves (with what the start line shows); rejects when it exits first. */
+  readonly readiness: Promise<{ readonly state: string; readonly keyIds: readonly string[] }>;
+  readonly exited: Promise<void>;
+}
+
+/** Runs the server until a signal stops it or workers keep dying; resolves with the exit code. */
+export async function supervise(config: Config, warnings: readonly string[], options: SuperviseOptions = {}): Promise<number> {
+  const prepared = await prepare(config, warnings, options.workers);
+  if ('problems' in prepared) {
+    for (const problem of prepared.problems) process.stderr.write(`pinpoint: ${problem}\n`);
+    return 1;
+  }
+  return new Supervisor(prepared, options).run();
+}
+
+/** Reads the files workers need (TLS), and checks what `check` cannot see: `--workers` against the state. */
+async function prepare(config: Config, warnings: readonly string[], override: WorkersSetting | undefined): Promise<Prepared | { problems: string[] }> {
+  const problems: string[] = [];
+  const setting = override ?? config.workers ?? 1;
+  const needsState = config.state.kind === 'memory' && override !== undefined ? workersWithoutState(setting) : undefined;
+  if (needsState !== undefined) problems.push(`--workers ${setting} ${needsState}`);
+  let https: Prepared['https'];
+  if (config.tls.mode === 'terminate' && config.tls.certFile !== undefined && config.tls.keyFile !== undefined) {
+    try {
+      https = { cert: await readFile(config.tls.certFile, 'utf8'), key: await readFile(config.tls.keyFile, 'utf8') };
+    } catch (error) {
+      problems.push(`cannot read the TLS certificate or key: ${(error as Error).message}`);
+    }
+  }
+  if (problems.length > 0) return { problems };
+  return { config, warnings, count: workerCount(setting), ...(https !== undefined && { https }) };
+}
+
+class Supervisor {
+  #current: Prepared;
+  readonly #options: SuperviseOptions;
+  readonly #logger: Logger;
+  /** Start line, warnings and reload outcomes: printed whatever log_level says, short of "silent" (DESIGN.md §2). */
+  #announcer: Logger;
+  /** The member serving each slot (0..N-1); undefined while its replacement waits for its backoff. */
+  #slots: (Member | undefined)[] = [];
+  readonly #members = new Set<Member>();
+  #phase: 'starting' | 'serving' | 'stopping' = 'starting';
+  readonly #backoff = new RestartBackoff();
+  readonly #restarts = new Map<number, NodeJS.Timeout>();
+  #reloading = false;
+  #reloadAgain = false;
+  #pidWritten = false;
+  readonly #metricsSource: MetricsText;
+  #metricsServer: MetricsListener | undefined;
+  #finish: (code: number) => void = () => undefined;
+  /** Rejects when a worker that was already serving dies before the first start completes. */
+  #startFailed: (error: Error) => void = () => undefined;
+  readonly #signals: [NodeJS.Signals, () => void][] = [];
+
+  constructor(prepared: Prepared, options: SuperviseOptions) {
+    this.#current = prepared;
+    this.#options = options;
+    this.#logger = createLogger(prepared.config.logLevel);
+    this.#announcer = announcerOf(this.#logger, prepared.config);
+    this.#metricsSource = clusterMetrics(processRegistry('primary'), () => [...this.#members].filter((member) => member.ready).map((member) => member.worker));
+  }
+
+  async run(): Promise<number> {
+    const done = new Promise<number>((resolve) => (this.#finish = resolve));
+    const config = this.#current.config;
+    for (const warning of this.#current.warnings) this.#announcer.warn(warning);
+    // DESIGN.md §2: warnings are printed at once, not when the 4 KiB log buffer fills.
+    this.#logger.flush();
+    this.#listen('SIGTERM', () => void this.#stop('SIGTERM', 0));
+    this.#listen('SIGINT', () => void this.#stop('SIGINT', 0));
+    this.#listen('SIGHUP', () => void this.#reload());
+    // Workers run worker.ts (worker.js once built) with this process's Node options; the config goes over IPC as a
+    // structured clone (Maps included), never read again from the file.
+    const here = fileURLToPath(import.meta.url);
+    cluster.setupPrimary({ exec: here.replace(/supervisor\.(ts|js)$/, 'worker.$1'), args: [], serialization: 'advanced' });
+
+    try {
+      if (config.metrics !== undefined) this.#metricsServer = await this.#openMetrics(config.metrics.listen);
+      const starting = Array.from({ length: this.#current.count }, (_, slot) => this.#launch(slot, this.#current));
+      this.#slots = starting;
+      const failedStart = new Promise<never>((_, reject) => (this.#startFailed = reject));
+      const [first] = await Promise.race([Promise.all(starting.map((member) => member.readiness)), failedStart]);
+      this.#phase = 'serving';
+      this.#announcer.info(
+        {
+          version: VERSION,
+          issuer: config.baseUrl,
+          listen: formatListen(config.listen),
+          state: first?.state,
+          tls: config.tls.mode,
+          keys: first?.keyIds,
+          workers: this.#current.count,
+          ...(config.metrics !== undefined && { metrics: formatListen(config.metrics.listen) }),
+        },
+        'pinpoint is serving',
+      );
+      this.#logger.flush();
+      if (this.#options.pidFile !== undefined) {
+        await writeAtomically(this.#options.pidFile, `${process.pid}\n`);
+        this.#pidWritten = true;
+      }
+      if (this.#reloadAgain) void this.#reload();
+    } catch (error) {
+      // A server that cannot start says why on stderr and exits 1, leaving nothing open.
+      process.stderr.write(`pinpoint: ${(error as Error).message}\n`);
+      void this.#stop(undefined, 1);
+    }
+    return done;
+  }
+
+  #listen(signal: NodeJS.Signals, handler: () => void): void {
+    process.on(signal, handler);
+    this.#signals.push([signal, handler]);
+  }
+
+  /** Forks a worker for `slot` that will serve `prepared`. */
+  #launch(slot: number, prepared: Prepared): Member {
+    const worker = cluster.fork();
+    let ready!: (info: { state: string; keyIds: readonly string[] }) => void;
+    let notReady!: (error: Error) => void;
+    let exited!: () => void;
+    const member: Member = {
+      worker,
+      slot,
+      startedAt: Date.now(),
+      ready: false,
+      retiring: false,
+      readiness: new Promise((resolve, reject) => {
+        ready = resolve;
+        notReady = reject;
+      }),
+      exited: new Promise<void>((resolve) => (exited = resolve)),
+    };
+    // Whoever started it waits for readiness; a rejection nobody waits for must not end the process.
+    member.readiness.catch(() => undefined);
+    this.#members.add(member);
+    const stuck = setTimeout(() => {
+      member.failure = `not serving ${START_TIMEOUT_MS / 1000} s after it started`;
+      worker.process.kill('SIGKILL');
+    }, START_TIMEOUT_MS);
+    worker.on('error', () => undefined);
+    worker.on('message', (message: unknown) => {
+      if (isLimiterMessage(message)) {
+        fanOutLimiterMessage(message, worker, this.#workers());
+        return;
+      }
+      if (!isWorkerMessage(message)) return;
+      if (message.pinpoint === 'hello') {
+        // A worker asked to stop before it said hello has nothing to start.
+        const start: PrimaryMessage = member.retiring
+          ? { pinpoint: 'stop' }
+          : { pinpoint: 'start', config: prepared.config, slot, ...(prepared.https !== undefined && { https: prepared.https }) };
+        worker.send(start, undefined, () => undefined);
+      } else if (message.pinpoint === 'ready') {
+        clearTimeout(stuck);
+        member.ready = true;
+        ready({ state: message.state, keyIds: message.keyIds });
+      } else {
+        member.failure = message.message;
+      }
+    });
+    worker.on('exit', (code, signal) => {
+      clearTimeout(stuck);
+      member.exitedAt = Date.now();
+      this.#members.delete(member);
+      if (!member.ready) notReady(new Error(member.failure ?? `a worker exited (${code ?? signal}) before it was serving`));
+      exited();
+      this.#onExit(member, code, signal);
+    });
+    return member;
+  }
+
+  #workers(): Worker[] {
+    return [...this.#members].map((member) => member.worker);
+  }
+
+  #onExit(member: Member, code: number | null, signal: string | null): void {
+    if (this.#phase === 'stopping' || member.retiring || this.#slots[member.slot] !== member) return;
+    if (this.#phase === 'starting') {
+      if (member.ready) this.#startFailed(new Error(`a worker exited (${code ?? signal}) while the others were starting`));
+      return;
+    }
+    this.#slots[member.slot] = undefined;
+    const lived = (member.exitedAt ?? Date.now()) - member.startedAt;
+    let delay = this.#backoff.next(lived);
+    const serving = this.#slots.some((other) => other?.ready === true);
+    if (delay === undefined && !serving) {
+      this.#announcer.error({ worker: member.worker.process.pid, code, signal, failure: member.failure }, 'workers keep dying as they start; giving up');
+      void this.#stop(undefined, 1);
+      return;
+    }
+    // Others still serve: keep trying, at the longest delay.
+    delay ??= MAX_RESTART_DELAY_MS;
+    this.#announcer.warn(
+      { worker: member.worker.process.pid, slot: member.slot, code, signal, ...(member.failure !== undefined && { failure: member.failure }), restartInMs: delay },
+      'a worker stopped unexpectedly; starting another',
+    );
+    this.#restarts.set(
+      member.slot,
+      setTimeout(() => {
+        this.#restarts.delete(member.slot);
+        if (this.#phase === 'serving' && this.#slots[member.slot] === undefined) this.#slots[member.slot] = this.#launch(member.slot, this.#current);
+      }, delay),
+    );
+  }
+
+  /** Asks every worker to finish its requests and exit; then lets go of the rest and resolves run() with `code`. */
+  async #stop(signal: string | undefined, code: number): Promise<void> {
+    if (this.#phase === 'stopping') return;
+    this.#phase = 'stopping';
+    if (signal !== undefined) this.#logger.info({ signal }, 'stopping: the workers finish their in-flight requests');
+    for (const timer of this.#restarts.values()) clearTimeout(timer);
+    this.#restarts.clear();
+    const members = [...this.#members];
+    for (const member of members) this.#retire(member);
+    await Promise.all(members.map((member) => member.exited));
+    for (const [name, handler] of this.#signals) process.off(name, handler);
+    await closeServer(this.#metricsServer);
+    this.#metricsServer = undefined;
+    const pidFile = this.#options.pidFile;
+    if (this.#pidWritten && pidFile !== undefined) {
+      const { request, result } = reloadFiles(pidFile);
+      await Promise.all([pidFile, request, result].map((file) => rm(file, { force: true })));
+    }
+    if (signal !== undefined) this.#logger.info('stopped');
+    this.#logger.flush();
+    this.#finish(code);
+  }
+
+  #retire(member: Member): void {
+    if (member.retiring) return;
+    member.retiring = true;
+    if (member.worker.isConnected()) member.worker.send({ pinpoint: 'stop' } satisfies PrimaryMessage, undefined, () => undefined);
+    const hung = setTimeout(() => {
+      this.#logger.warn({ worker: member.worker.process.pid }, `a worker still had requests ${DRAIN_TIMEOUT_MS / 1000} s after it was asked to stop; killed`);
+      member.worker.process.kill('SIGKILL');
+    }, DRAIN_TIMEOUT_MS);
+    void member.exited.then(() => clearTimeout(hung));
+  }
+
+  /** SIGHUP: one reload at a time; a signal during one runs another after it. */
+  async #reload(): Promise<void> {
+    if (this.#reloading || this.#phase !== 'serving') {
+      this.#reloadAgain = true;
+      return;
+    }
+    this.#reloading = true;
+    try {
+      do {
+        this.#reloadAgain = false;
+        await this.#reloadOnce();
+      } while (this.#reloadAgain && this.#phase === 'serving');
+    } finally {
+      this.#reloading = false;
+    }
+  }
+
+  async #reloadOnce(): Promise<void> {
+    const request = await this.#takeReloadRequest();
+    const file = request?.config ?? this.#current.config.file;
+    let outcome: { problems: string[]; warnings?: readonly string[] };
+    try {
+      outcome = await this.#replaceWorkers(file);
+    } catch (error) {
+      outcome = { problems: [`the reload failed: ${(error as Error).message}`] };
+    }
+    const ok = outcome.problems.length === 0;
+    for (const warning of outcome.warnings ?? []) this.#announcer.warn(warning);
+    if (ok) {
+      this.#announcer.info({ file, workers: this.#current.count }, 'configuration reloaded: every worker serves it');
+    } else {
+      for (const problem of outcome.problems) this.#announcer.error({ file, problem }, 'reload refused');
+      this.#announcer.warn({ file, problems: outcome.problems.length }, 'the configuration was not taken; the workers keep serving the one they have');
+    }
+    this.#logger.flush();
+    if (request !== undefined && this.#options.pidFile !== undefined) {
+      const result: ReloadResult = { nonce: request.nonce, ok, problems: outcome.problems, ...(ok && { workers: this.#current.count }) };
+      await writeAtomically(reloadFiles(this.#options.pidFile).result, `${JSON.stringify(result)}\n`).catch(() => undefined);
+    }
+  }
+
+  /** The request `pinpoint reload` left next to the pid file, if any (read once: it is removed). */
+  async #takeReloadRequest(): Promise<ReloadRequest | undefined> {
+    if (this.#options.pidFile === undefined) return undefined;
+    const file = reloadFiles(this.#options.pidFile).request;
+    try {
+      const request = JSON.parse(await readFile(file, 'utf8')) as Partial<ReloadRequest>;
+      await rm(file, { force: true });
+      if (typeof request.nonce !== 'string' || typeof request.config !== 'string') return undefined;
+      return { nonce: request.nonce, config: resolve(request.config) };
+    } catch {
+      return undefined;
+    }
+  }
+
+  /**
+   * DESIGN.md §11: the config at `file` is loaded and checked as `check` would; when valid, each slot gets a new
+   * worker, and only once it serves is the old one asked to drain. The first new worker failing changes nothing.
+   */
+  async #replaceWorkers(file: string): Promise<{ problems: string[]; warnings?: readonly string[] }> {
+    let loaded: { config: Config; warnings: string[] };
+    try {
+      loaded = await loadConfig(file);
+    } catch (error) {
+      if (!(error instanceof ConfigInvalid)) throw error;
+      return { problems: error.problems.map(formatProblem), warnings: error.warnings };
+    }
+    const next = await prepare(loaded.config, loaded.warnings, this.#options.workers);
+    if ('problems' in next) return { problems: next.problems, warnings: loaded.warnings };
+    const warnings =
+      next.config.state.kind === 'memory'
+        ? [...loaded.warnings, 'state is in memory: the new worker starts with new signing keys and none of the grants, codes and sessions the old one held']
+        : loaded.warnings;
+
+    // A new metrics address listens before anything else changes, so a busy port refuses the reload as a whole.
+    const metricsListen = next.config.metrics === undefined ? undefined : formatListen(next.config.metrics.listen);
+    let newMetrics: MetricsListener | undefined;
+    if (next.config.metrics !== undefined && metricsListen !== this.#metricsServer?.listen) {
+      try {
+        newMetrics = await this.#openMetrics(next.config.metrics.listen);
+      } catch (error) {
+        return { problems: [`metrics.listen ${metricsListen}: ${(error as Error).message}`], warnings };
+      }
+    }
+
+    const problems: string[] = [];
+    let taken = false;
+    for (let slot = 0; slot < next.count && this.#phase === 'serving'; slot += 1) {
+      const old = this.#slots[slot];
+      const replacement = this.#launch(slot, next);
+      const failure = await replacement.readiness.then(
+        () => (replacement.exitedAt === undefined ? undefined : 'it exited as soon as it was serving'),
+        (error: unknown) => (error as Error).message,
+      );
+      if (failure !== undefined && !taken) {
+        // Nothing has changed yet: the old workers and metrics listener stay as they were.
+        await closeServer(newMetrics);
+        return { problems: [`a worker could not start with this configuration: ${failure}`], warnings };
+      }
+      if (failure !== undefined) {
+        problems.push(`worker ${slot} could not start with the new configuration (${failure}); it keeps the old one`);
+        continue;
+      }
+      if (!taken) {
+        taken = true;
+        this.#adopt(next);
+        if (next.config.metrics === undefined || newMetrics !== undefined) {
+          await closeServer(this.#metricsServer);
+          this.#metricsServer = newMetrics;
+        }
+      }
+      clearTimeout(this.#restarts.get(slot));
+      this.#restarts.delete(slot);
+      this.#slots[slot] = replacement;
+      if (old !== undefined) {
+        this.#retire(old);
+        await old.exited;
+      }
+    }
+    if (!taken) await closeServer(newMetrics);
+    // Fewer workers than before: the surplus drain.
+    const surplus = this.#slots.splice(next.count);
+    for (const member of surplus) if (member !== undefined) this.#retire(member);
+    await Promise.all(surplus.map((member) => member?.exited));
+    return { problems, warnings };
+  }
+
+  /** The new config is the current one: restarts use it, and the primary logs at its level. */
+  #adopt(next: Prepared): void {
+    this.#current = next;
+    this.#logger.level = next.config.logLevel;
+    this.#announcer = announcerOf(this.#logger, next.config);
+  }
+
+  async #openMetrics(listen: { readonly host: string; readonly port: number }): Promise<MetricsListener> {
+    return { listen: formatListen(listen), server: await serveMetrics({ registry: this.#metricsSource }, listen) };
+  }
+}
+
+interface MetricsListener {
+  readonly listen: string;
+  readonly server: Server;
+}
+
+async function closeServer(listener: MetricsListener | undefined): Promise<void> {
+  if (listener !== undefined) await new Promise<void>((resolve) => listener.server.close(() => resolve()));
+}
+
+/** The logger for what an operator must see at start and on reload, whatever log_level says short of "silent". */
+function announcerOf(logger: Logger, config: Config): Logger {
+  return config.logLevel === 'silent' ? logger : logger.child({}, { level: 'info' });
+}
+
+/** Writes `text` to `file` so that a reader sees the old content or the new, never half of it. */
+async function writeAtomically(file: string, text: string): Promise<void> {
+  const temporary = `${file}.${randomBytes(4).toString('hex')}.tmp`;
+  await writeFile(temporary, text, { mode: 0o644 });
+  await rename(temporary, file);
+}
+
+/** A fresh nonce for a reload request. */
+export const newNonce = (): string => randomBytes(12).toString('hex');

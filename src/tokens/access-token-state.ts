@@ -1,0 +1,45 @@
+/**
+ * Whether an access token jose has verified still stands (DESIGN.md §6, §8): revocation and config changes reach
+ * tokens already issued, on every instance sharing the store, for the price of one lookup.
+ */
+import type { GrantStore, RevokedTokenStore } from '../store/types.js';
+import { grantIdOfJti } from './claims.js';
+
+export interface AccessTokenClaims {
+  readonly jti: string;
+  readonly clientId: string;
+  /** The token came from a token exchange (it carries `act`, DESIGN.md §12): its grant is another client's. */
+  readonly exchanged?: boolean;
+}
+
+/**
+ * True while the token's client is still known and, for a token of a grant, the grant lives, is the client's, and its
+ * person is still known; a token without a grant (client_credentials) stands until its jti is revoked. An exchanged
+ * token belongs to the grant of the person's own client (so revoking that grant ends it too); its caller must still
+ * be configured for token exchange, and its own jti may be revoked alone (its caller holds no grant to revoke).
+ */
+export interface AccessTokenStateSources {
+  readonly store: GrantStore & RevokedTokenStore;
+  readonly now: () => number;
+  /** Whether a client_id still names a client (configured, registered or by document). */
+  readonly isKnownClient: (clientId: string) => boolean;
+  /** Whether a grant's subject is still a user, or comes from a configured upstream (DESIGN.md §6). */
+  readonly isKnownSubject: (subject: string) => boolean;
+  /** Whether a configured client still has a token_exchange block (DESIGN.md §12). */
+  readonly mayExchange: (clientId: string) => boolean;
+}
+
+export async function accessTokenStands(sources: AccessTokenStateSources, { jti, clientId, exchanged = false }: AccessTokenClaims): Promise<boolean> {
+  const { store, isKnownClient, isKnownSubject } = sources;
+  if (!isKnownClient(clientId)) return false;
+  const now = sources.now();
+  const grantId = grantIdOfJti(jti);
+  if (grantId === undefined) return !(await store.isAccessTokenRevoked(jti, now));
+  if (!exchanged) {
+    const grant = await store.findGrant(grantId, now);
+    return grant !== undefined && grant.clientId === clientId && isKnownSubject(grant.subject);
+  }
+  if (!sources.mayExchange(clientId)) return false;
+  const [grant, revoked] = await Promise.all([store.findGrant(grantId, now), store.isAccessTokenRevoked(jti, now)]);
+  return grant !== undefined && !revoked && isKnownClient(grant.clientId) && isKnownSubject(grant.subject);
+}

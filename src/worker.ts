@@ -1,0 +1,67 @@
+/**
+ * A cluster worker (DESIGN.md §11), started by the primary (supervisor.ts): serves the config the primary sends,
+ * shares its limiter counts and metrics with it, and on `stop` (or its own SIGTERM/SIGINT) answers the requests in
+ * flight before it exits 0. It never reads the config file itself.
+ */
+import type { Logger } from 'pino';
+import { refreeze } from './config/frozen.js';
+import { answerMetricsRequests, createMetrics } from './http/metrics.js';
+import { workerLink } from './http/shared-limiter.js';
+import { createLogger } from './log.js';
+import { startServer, type RunningServer } from './server.js';
+import { isPrimaryMessage, type StartMessage, type WorkerMessage } from './worker-protocol.js';
+
+/** Sends to the primary; `then` runs once the message is written (or the channel is gone). */
+function tell(message: WorkerMessage, then: () => void = () => undefined): void {
+  if (!process.connected || process.send === undefined) return then();
+  process.send(message, undefined, {}, () => then());
+}
+
+let server: RunningServer | undefined;
+let logger: Logger | undefined;
+let stopping = false;
+
+function stop(reason: string): void {
+  if (stopping) return;
+  stopping = true;
+  // Nothing served yet: nothing to finish.
+  if (server === undefined) process.exit(0);
+  logger?.info({ reason }, 'stopping: finishing in-flight requests');
+  server.close().then(
+    () => {
+      logger?.info('stopped');
+      logger?.flush();
+      process.exit(0);
+    },
+    (error: unknown) => {
+      logger?.error({ err: { message: (error as Error).message } }, 'error while stopping');
+      logger?.flush();
+      process.exit(1);
+    },
+  );
+}
+
+async function begin(start: StartMessage): Promise<void> {
+  const config = refreeze(start.config);
+  logger = createLogger(config.logLevel);
+  const metrics = createMetrics({ processMetrics: true, worker: String(start.slot) });
+  answerMetricsRequests(metrics.registry);
+  const https = start.https === undefined ? undefined : { cert: Buffer.from(start.https.cert), key: Buffer.from(start.https.key) };
+  try {
+    server = await startServer(config, { logger, metrics, limiterLink: workerLink(), ...(https !== undefined && { https }) });
+  } catch (error) {
+    logger.flush();
+    tell({ pinpoint: 'failed', message: error instanceof Error ? error.message : String(error) }, () => process.exit(1));
+    return;
+  }
+  tell({ pinpoint: 'ready', state: server.state, keyIds: server.keyIds });
+}
+
+process.on('message', (message: unknown) => {
+  if (!isPrimaryMessage(message)) return;
+  if (message.pinpoint === 'stop') stop('asked by the primary');
+  else if (server === undefined && !stopping) void begin(message);
+});
+process.once('SIGTERM', () => stop('SIGTERM'));
+process.once('SIGINT', () => stop('SIGINT'));
+tell({ pinpoint: 'hello' });

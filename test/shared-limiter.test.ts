@@ -1,0 +1,150 @@
+/**
+ * DESIGN.md §11 "Limits across workers", in one process: limiters joined by a hub that delivers as the primary does
+ * (every message to every other member, in order), and the primary's fan-out and restart backoff on their own.
+ */
+import assert from 'node:assert/strict';
+import type { Worker } from 'node:cluster';
+import { describe, test } from 'node:test';
+import { FixedWindowLimiter } from '../src/http/rate-limit.js';
+import { fanOutLimiterMessage, isLimitedVerdict, sharedLimiter, type LimiterLink, type LimiterMessage } from '../src/http/shared-limiter.js';
+import { RestartBackoff } from '../src/supervisor.js';
+
+/** Workers on one primary: what one sends reaches the others when `deliver()` runs (messages in flight until then). */
+class Hub {
+  readonly sent: LimiterMessage[] = [];
+  readonly #members: { listener?: (message: LimiterMessage) => void; queue: LimiterMessage[] }[] = [];
+
+  link(): LimiterLink {
+    const member: { listener?: (message: LimiterMessage) => void; queue: LimiterMessage[] } = { queue: [] };
+    this.#members.push(member);
+    return {
+      send: (message) => {
+        // Structured clone, as cluster IPC copies: nothing is shared by reference.
+        const copy = structuredClone(message);
+        this.sent.push(copy);
+        for (const other of this.#members) if (other !== member) other.queue.push(copy);
+      },
+      subscribe: (listener) => (member.listener = listener),
+    };
+  }
+
+  deliver(): void {
+    for (const member of this.#members) {
+      for (const message of member.queue.splice(0)) member.listener?.(message);
+    }
+  }
+}
+
+/** A limiter with a call that hands back a function, as a reservation's `release` does. */
+class Reservations {
+  readonly counts = new Map<string, number>();
+
+  count(key: string): number {
+    return this.counts.get(key) ?? 0;
+  }
+
+  take(key: string, limit: number): { readonly limited: boolean; release?: () => void } {
+    const now = this.count(key);
+    if (now >= limit) return { limited: true };
+    this.counts.set(key, now + 1);
+    let released = false;
+    return {
+      limited: false,
+      release: () => {
+        if (released) return;
+        released = true;
+        this.counts.set(key, this.count(key) - 1);
+      },
+    };
+  }
+}
+
+describe('shared limiter', () => {
+  test('a hit at one worker is counted at every other; checks stay local and send nothing', () => {
+    const hub = new Hub();
+    const workers = [0, 1, 2].map(() => sharedLimiter('failures', new FixedWindowLimiter(60_000), hub.link(), { readOnly: ['check'], handleLifetimeMs: 60_000 }));
+    const [first, second, third] = workers as [FixedWindowLimiter, FixedWindowLimiter, FixedWindowLimiter];
+    const now = 1_000_000;
+    for (let i = 0; i < 3; i += 1) first.hit('ip:192.0.2.1', now);
+    second.hit('ip:192.0.2.1', now);
+    assert.equal(first.check('ip:192.0.2.1', 4, now).limited, false, 'the other worker\'s hit is still in flight');
+    hub.deliver();
+    for (const worker of workers) assert.equal(worker.check('ip:192.0.2.1', 4, now).limited, true, 'server-wide: 4 failures');
+    assert.equal(third.check('ip:192.0.2.1', 5, now).limited, false, 'and no more than 4');
+    assert.deepEqual(new Set(hub.sent.map((message) => message.method)), new Set(['hit']), 'checks are not sent');
+    assert.equal(hub.sent.length, 4);
+  });
+
+  test('the window a worker started ends at the same time everywhere (the caller\'s now travels with the call)', () => {
+    const hub = new Hub();
+    const [a, b] = [0, 1].map(() => sharedLimiter('failures', new FixedWindowLimiter(1000), hub.link(), { readOnly: ['check'], handleLifetimeMs: 1000 })) as [FixedWindowLimiter, FixedWindowLimiter];
+    a.hit('k', 5000);
+    hub.deliver();
+    assert.equal(b.check('k', 1, 5999).limited, true);
+    assert.equal(b.check('k', 1, 6000).limited, false);
+  });
+
+  test('functions a call returns are shared too: a reservation given back at one worker is given back at all', () => {
+    const hub = new Hub();
+    const locals = [new Reservations(), new Reservations()];
+    const [a, b] = locals.map((local) => sharedLimiter('slots', local, hub.link(), { readOnly: ['count'], changedNothing: isLimitedVerdict, handleLifetimeMs: 60_000 })) as [Reservations, Reservations];
+    const kept = a.take('ip:1', 2);
+    const returned = a.take('ip:1', 2);
+    hub.deliver();
+    assert.equal(b.count('ip:1'), 2);
+    const sentBefore = hub.sent.length;
+    assert.equal(b.take('ip:1', 2).limited, true, 'no slot left anywhere');
+    assert.equal(hub.sent.length, sentBefore, 'a refused reservation counted nothing, so nothing is replayed');
+    returned.release?.();
+    returned.release?.();
+    hub.deliver();
+    assert.equal(locals[0]?.count('ip:1'), 1);
+    assert.equal(locals[1]?.count('ip:1'), 1, 'released once at the other worker too');
+    assert.equal(kept.limited, false);
+  });
+
+  test('results kept for later calls are bounded in number', () => {
+    const hub = new Hub();
+    const local = new Reservations();
+    const a = sharedLimiter('slots', new Reservations(), hub.link(), { readOnly: ['count'], handleLifetimeMs: 60_000 });
+    sharedLimiter('slots', local, hub.link(), { readOnly: ['count'], handleLifetimeMs: 60_000, maxHandles: 10 });
+    const reservations = Array.from({ length: 50 }, (_, i) => a.take(`k${i}`, 1));
+    hub.deliver();
+    for (const reservation of reservations) reservation.release?.();
+    hub.deliver();
+    const stillHeld = [...local.counts.values()].filter((count) => count === 1).length;
+    assert.ok(stillHeld >= 40 && stillHeld < 50, `the oldest were forgotten, the newest released: ${stillHeld} held`);
+  });
+
+  test('another limiter\'s messages are ignored', () => {
+    const hub = new Hub();
+    const failures = sharedLimiter('failures', new FixedWindowLimiter(60_000), hub.link(), { readOnly: ['check'], handleLifetimeMs: 60_000 });
+    const other = sharedLimiter('registrations', new FixedWindowLimiter(60_000), hub.link(), { readOnly: ['check'], handleLifetimeMs: 60_000 });
+    failures.hit('k', 0);
+    hub.deliver();
+    assert.equal(other.check('k', 1, 0).limited, false);
+  });
+
+  test('the primary passes a message to every other connected worker, never back to its sender', () => {
+    const received: number[] = [];
+    const worker = (id: number, connected = true): Worker =>
+      ({ id, isConnected: () => connected, send: () => received.push(id) }) as unknown as Worker;
+    const sender = worker(1);
+    const message: LimiterMessage = { pinpoint: 'limiter', limiter: 'failures', origin: '1.0', method: 'hit', args: ['k', 0] };
+    fanOutLimiterMessage(message, sender, [sender, worker(2), worker(3, false), worker(4)]);
+    assert.deepEqual(received, [2, 4]);
+  });
+});
+
+describe('restart backoff', () => {
+  test('doubles from 100 ms up to 10 s while workers die young, gives up after 10 in a row, starts afresh after a long life', () => {
+    const backoff = new RestartBackoff();
+    const delays = Array.from({ length: 10 }, () => backoff.next(50));
+    assert.deepEqual(delays, [100, 200, 400, 800, 1600, 3200, 6400, 10_000, 10_000, 10_000]);
+    assert.equal(backoff.next(50), undefined, 'the 11th young death in a row: give up');
+    const fresh = new RestartBackoff();
+    fresh.next(10);
+    fresh.next(10);
+    assert.equal(fresh.next(60_000), 100, 'a worker that served a while resets the count');
+  });
+});

@@ -1,0 +1,432 @@
+/**
+ * DESIGN.md §11 "Every core": a real `pinpoint serve` with 2 workers (node:cluster) over real sockets, on SQLite and
+ * on PostgreSQL. Which worker answered is read from the access lines' `pid` (the answer's X-Request-Id names the
+ * line); each request opens its own connection, so the primary hands them to the workers in turn.
+ */
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { randomInt } from 'node:crypto';
+import { chmod, readFile, readdir, writeFile } from 'node:fs/promises';
+import { existsSync } from 'node:fs';
+import { request as httpRequest } from 'node:http';
+import { connect, createServer } from 'node:net';
+import { join } from 'node:path';
+import { after, before, describe, test } from 'node:test';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { fileURLToPath } from 'node:url';
+import { basic, form } from './helpers/app.js';
+import {
+  SECRET,
+  createDeployment,
+  createTestDatabase,
+  freePort,
+  killAll,
+  removeDeployment,
+  signInForTokens,
+  startPinpoint,
+  type Deployment,
+  type PinpointProcess,
+  type StateSpec,
+  type TestDatabase,
+} from './helpers/process.js';
+
+const CLI = fileURLToPath(new URL('../src/cli.ts', import.meta.url));
+const POSTGRES_URL = process.env['PINPOINT_TEST_POSTGRES_URL'];
+
+interface Answer {
+  readonly status: number;
+  readonly requestId: string;
+  readonly body: string;
+}
+
+/**
+ * One request on a connection of its own (no keep-alive), so the primary hands each to the next worker. It comes
+ * through the trusted proxy (loopback) from `address`, by default one of its own, so that only the failures a test
+ * means to count share an address (failure limits are per address, DESIGN.md §4).
+ */
+function fresh(
+  baseUrl: string,
+  path: string,
+  options: { method?: string; pairs?: readonly (readonly [string, string])[]; auth?: string; address?: string } = {},
+): Promise<Answer> {
+  const body = options.pairs === undefined ? undefined : form(options.pairs);
+  return new Promise((resolve, reject) => {
+    const outgoing = httpRequest(
+      new URL(path, baseUrl),
+      {
+        method: options.method ?? (body === undefined ? 'GET' : 'POST'),
+        agent: false,
+        headers: {
+          connection: 'close',
+          'x-forwarded-for': options.address ?? `198.18.${randomInt(256)}.${randomInt(256)}`,
+          ...(body !== undefined && { 'content-type': 'application/x-www-form-urlencoded', 'content-length': Buffer.byteLength(body) }),
+          ...(options.auth !== undefined && { authorization: options.auth }),
+        },
+        timeout: 15_000,
+      },
+      (response) => {
+        const chunks: Buffer[] = [];
+        response.on('data', (chunk: Buffer) => chunks.push(chunk));
+        response.on('end', () =>
+          resolve({ status: response.statusCode ?? 0, requestId: String(response.headers['x-request-id']), body: Buffer.concat(chunks).toString('utf8') }),
+        );
+        response.on('error', reject);
+      },
+    );
+    outgoing.on('timeout', () => outgoing.destroy(new Error(`${path}: no answer`)));
+    outgoing.on('error', reject);
+    outgoing.end(body);
+  });
+}
+
+const clientCredentials = (baseUrl: string, clientId = 'webapp', secret = SECRET): Promise<Answer> =>
+  fresh(baseUrl, '/token', { pairs: [['grant_type', 'client_credentials']], auth: basic(clientId, secret) });
+
+/** Waits, a bounded number of times, until `condition` holds; returns its last truthy value. */
+async function eventually<T>(what: string, condition: () => T | undefined | false | Promise<T | undefined | false>, attempts = 300): Promise<T> {
+  for (let attempt = 0; attempt < attempts; attempt += 1) {
+    const value = await condition();
+    if (value !== undefined && value !== false) return value;
+    await sleep(100);
+  }
+  throw new Error(`gave up waiting: ${what}`);
+}
+
+/** The pid of the process whose access line carries `requestId` (lines are written within 200 ms). */
+function pidOf(server: PinpointProcess, requestId: string): Promise<number> {
+  return eventually(`the access line of ${requestId}`, () => {
+    const line = server.logs.find((record) => record.reqId === requestId && record.msg === 'request');
+    return typeof line?.pid === 'number' ? line.pid : undefined;
+  });
+}
+
+/** The processes whose parent is `pid`, read from /proc. */
+async function childrenOf(pid: number): Promise<number[]> {
+  const children: number[] = [];
+  for (const entry of await readdir('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    const stat = await readFile(`/proc/${entry}/stat`, 'utf8').catch(() => '');
+    // The command name (in parentheses) may hold spaces: the fields after its ')' are state, then ppid.
+    const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+    if (ppid === pid) children.push(Number(entry));
+  }
+  return children.sort((a, b) => a - b);
+}
+
+/** Both workers up and serving (the start line is printed once every worker serves). */
+async function twoWorkers(server: PinpointProcess): Promise<number[]> {
+  await eventually('the start line', () => server.logs.some((record) => record.msg === 'pinpoint is serving'));
+  return eventually('two worker processes', async () => {
+    const children = await childrenOf(server.child.pid as number);
+    return children.length === 2 ? children : undefined;
+  });
+}
+
+/** Runs the CLI to the end. */
+function cli(args: readonly string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  const child = spawn(process.execPath, ['--import', 'tsx', CLI, ...args], { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, PINPOINT_CONFIG: '' } });
+  let stdout = '';
+  let stderr = '';
+  child.stdout.on('data', (chunk: Buffer) => (stdout += chunk.toString('utf8')));
+  child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString('utf8')));
+  return new Promise((resolve) => child.once('close', (code) => resolve({ code, stdout, stderr })));
+}
+
+/** A confidential client for client_credentials, with its secret file. */
+async function addClient(deployment: Deployment, clientId: string, secret: string): Promise<string> {
+  const file = join(deployment.folder, 'secrets', clientId);
+  await writeFile(file, `${secret}\n`, { mode: 0o600 });
+  await chmod(file, 0o600);
+  return `\nclient "${clientId}" {\n  secret_file = "secrets/${clientId}"\n  audience    = ["https://api.example.org/"]\n}\n`;
+}
+
+function metricValue(text: string, name: string, labels: string): number | undefined {
+  const line = text.split('\n').find((candidate) => candidate.startsWith(`${name}{`) && candidate.includes(labels));
+  return line === undefined ? undefined : Number(line.slice(line.lastIndexOf(' ') + 1));
+}
+
+/** Every test of one store: one server with 2 workers, changed and stopped along the way. */
+function workersSuite(state: () => Promise<StateSpec>, how: 'config' | 'flag'): void {
+  let deployment: Deployment | undefined;
+  let server: PinpointProcess;
+  let baseText: string;
+  let metricsPort: number;
+  let pidFile: string;
+
+  before(async () => {
+    deployment = await createDeployment({ state: await state() });
+    metricsPort = await freePort();
+    pidFile = join(deployment.folder, 'pinpoint.pid');
+    baseText =
+      (await readFile(deployment.configFile, 'utf8')) +
+      `${how === 'config' ? 'workers = 2\n' : ''}trusted_proxies = ["127.0.0.1"]\nlimits {\n  client_failures = 5\n}\nmetrics {\n  listen = "127.0.0.1:${metricsPort}"\n}\n`;
+    await writeFile(deployment.configFile, baseText);
+    server = await startPinpoint(deployment, { args: [...(how === 'flag' ? ['--workers', '2'] : []), '--pid-file', pidFile] });
+    await twoWorkers(server);
+  });
+  after(async () => {
+    await killAll();
+    await removeDeployment(deployment);
+  });
+
+  test('both workers serve: two processes under the primary answer in turn, and the start line is printed once', async () => {
+    const primary = server.child.pid as number;
+    const children = await twoWorkers(server);
+    const answers = await sequence(6, () => fresh(server.baseUrl, '/healthz'));
+    assert.deepEqual(answers.map((answer) => answer.status), [200, 200, 200, 200, 200, 200]);
+    const pids = new Set(await Promise.all(answers.map((answer) => pidOf(server, answer.requestId))));
+    assert.deepEqual([...pids].sort((a, b) => a - b), children, 'the answers came from the two children of the primary');
+    assert.ok(!pids.has(primary), 'the primary serves nothing itself');
+    const starts = server.logs.filter((record) => record.msg === 'pinpoint is serving');
+    assert.equal(starts.length, 1, server.output);
+    assert.equal(starts[0]?.workers, 2);
+    assert.equal(starts[0]?.pid, primary);
+    assert.equal(Number(await readFile(pidFile, 'utf8')), primary, 'the pid file names the primary');
+  });
+
+  test('a refresh race spread over both workers has exactly one winner', async () => {
+    const tokens = await signInForTokens(server.baseUrl);
+    const racers = await Promise.all(
+      Array.from({ length: 20 }, () => fresh(server.baseUrl, '/token', { pairs: [['grant_type', 'refresh_token'], ['refresh_token', tokens.refresh_token]], auth: basic('webapp', SECRET) })),
+    );
+    const statuses = racers.map((answer) => answer.status);
+    assert.equal(statuses.filter((status) => status === 200).length, 1, `statuses: ${statuses.join(' ')}`);
+    assert.ok(racers.every((answer) => answer.status === 200 || JSON.parse(answer.body).error === 'invalid_grant'), statuses.join(' '));
+    const pids = new Set(await Promise.all(racers.map((answer) => pidOf(server, answer.requestId))));
+    assert.equal(pids.size, 2, 'both workers took part in the race');
+  });
+
+  test('a revocation at one worker is seen at once by the other', async () => {
+    const tokens = await signInForTokens(server.baseUrl);
+    const revoked = await fresh(server.baseUrl, '/revoke', { pairs: [['token', tokens.refresh_token]], auth: basic('webapp', SECRET) });
+    assert.equal(revoked.status, 200, revoked.body);
+    const refreshes = await sequence(2, () => fresh(server.baseUrl, '/token', { pairs: [['grant_type', 'refresh_token'], ['refresh_token', tokens.refresh_token]], auth: basic('webapp', SECRET) }));
+    for (const refresh of refreshes) {
+      assert.equal(refresh.status, 400, refresh.body);
+      assert.equal(JSON.parse(refresh.body).error, 'invalid_grant');
+    }
+    const revokedAt = await pidOf(server, revoked.requestId);
+    const refreshedAt = await Promise.all(refreshes.map((answer) => pidOf(server, answer.requestId)));
+    assert.ok(refreshedAt.some((pid) => pid !== revokedAt), 'a refresh ran at the worker that did not revoke');
+  });
+
+  test('client_failures = 5 holds for the whole server: at most 5 + 2 failures reach the workers before 429', async () => {
+    const answers = await sequence(16, () => fresh(server.baseUrl, '/token', { pairs: [['grant_type', 'client_credentials']], auth: basic('limit-probe', 'wrong'), address: '192.0.2.77' }));
+    const statuses = answers.map((answer) => answer.status);
+    const failures = answers.filter((answer) => answer.status === 401);
+    assert.ok(failures.length >= 5 && failures.length <= 7, `401s before the limit: ${failures.length} (${statuses.join(' ')})`);
+    assert.ok(statuses.slice(-6).every((status) => status === 429), statuses.join(' '));
+    const pids = new Set(await Promise.all(failures.map((answer) => pidOf(server, answer.requestId))));
+    assert.equal(pids.size, 2, 'both workers counted failures');
+  });
+
+  test('/metrics on metrics.listen is the sum over the workers; process figures keep a worker label', async () => {
+    const path = '/.well-known/oauth-authorization-server';
+    const answers = await sequence(10, () => fresh(server.baseUrl, path));
+    assert.ok(answers.every((answer) => answer.status === 200));
+    assert.equal(new Set(await Promise.all(answers.map((answer) => pidOf(server, answer.requestId)))).size, 2);
+    const text = await eventually('the summed count', async () => {
+      const scraped = await fresh(`http://127.0.0.1:${metricsPort}`, '/metrics');
+      return metricValue(scraped.body, 'pinpoint_http_requests_total', `route="${path}"`) === 10 ? scraped.body : undefined;
+    });
+    for (const worker of ['0', '1', 'primary']) {
+      assert.ok(metricValue(text, 'process_resident_memory_bytes', `worker="${worker}"`) !== undefined, `memory of worker ${worker}:\n${text}`);
+    }
+    assert.equal((await fresh(server.baseUrl, '/metrics')).status, 404, 'never on the main listener');
+  });
+
+  test('a SIGKILLed worker is replaced and serving resumes', async () => {
+    const [victim, survivor] = await twoWorkers(server);
+    process.kill(victim as number, 'SIGKILL');
+    const replaced = await eventually('a replacement worker', async () => {
+      const children = await childrenOf(server.child.pid as number);
+      return children.length === 2 && !children.includes(victim as number) && children.includes(survivor as number) ? children : undefined;
+    });
+    const newcomer = replaced.find((pid) => pid !== survivor) as number;
+    // The newcomer takes connections once it listens; until then the survivor answers every one.
+    await eventually('the new worker answering', async () => {
+      const answer = await fresh(server.baseUrl, '/healthz');
+      return answer.status === 200 && (await pidOf(server, answer.requestId)) === newcomer;
+    });
+    const answers = await sequence(6, () => clientCredentials(server.baseUrl));
+    assert.deepEqual(answers.map((answer) => answer.status), [200, 200, 200, 200, 200, 200]);
+    assert.ok(server.logs.some((record) => record.msg === 'a worker stopped unexpectedly; starting another' && record.worker === victim), server.output);
+  });
+
+  test('SIGHUP with a valid changed config: the new client is served, every worker is replaced, no request is refused meanwhile', async () => {
+    const before = await twoWorkers(server);
+    await writeFile(deployment?.configFile as string, baseText + (await addClient(deployment as Deployment, 'second', 'second-secret')));
+    assert.equal((await clientCredentials(server.baseUrl, 'second', 'second-secret')).status, 401, 'unknown before the reload');
+    const loop = hammer(() => clientCredentials(server.baseUrl));
+    try {
+      const reloadsBefore = server.logs.filter((record) => String(record.msg).startsWith('configuration reloaded')).length;
+      process.kill(server.child.pid as number, 'SIGHUP');
+      await eventually('the reload', () => server.logs.filter((record) => String(record.msg).startsWith('configuration reloaded')).length > reloadsBefore);
+    } finally {
+      loop.stop();
+    }
+    const results = await loop.done;
+    assert.ok(results.length >= 5, `requests during the swap: ${results.length}`);
+    const refused = results.filter((result) => result !== 200);
+    assert.deepEqual(refused, [], `every request during the swap was answered 200 (${results.length} sent)`);
+    const after = await twoWorkers(server);
+    assert.ok(after.every((pid) => !before.includes(pid)), `both workers replaced: ${before} -> ${after}`);
+    const answers = await sequence(4, () => clientCredentials(server.baseUrl, 'second', 'second-secret'));
+    assert.deepEqual(answers.map((answer) => answer.status), [200, 200, 200, 200]);
+  });
+
+  test('SIGHUP with an invalid config changes nothing and logs every problem', async () => {
+    const before = await twoWorkers(server);
+    const good = await readFile(deployment?.configFile as string, 'utf8');
+    await writeFile(deployment?.configFile as string, `${good}\nfrobnicate = 1\naccess_token_lifetime = "soon"\n`);
+    const refusalsBefore = server.logs.filter((record) => record.msg === 'reload refused').length;
+    process.kill(server.child.pid as number, 'SIGHUP');
+    const problems = await eventually('the logged problems', () => {
+      const lines = server.logs.filter((record) => record.msg === 'reload refused').slice(refusalsBefore);
+      return lines.length >= 2 ? lines.map((record) => String(record.problem)) : undefined;
+    });
+    assert.ok(problems.some((problem) => /frobnicate/.test(problem)), problems.join('\n'));
+    assert.ok(problems.some((problem) => /soon/.test(problem)), problems.join('\n'));
+    assert.deepEqual(await childrenOf(server.child.pid as number), before, 'the same workers keep serving');
+    const answers = await sequence(4, () => clientCredentials(server.baseUrl, 'second', 'second-secret'));
+    assert.deepEqual(answers.map((answer) => answer.status), [200, 200, 200, 200], 'with the config they had');
+    await writeFile(deployment?.configFile as string, good);
+  });
+
+  test('pinpoint reload: exit 0 when the config is taken, 1 with the problems when it is invalid or cannot start, 1 without a server', async () => {
+    const configFile = deployment?.configFile as string;
+    const good = await readFile(configFile, 'utf8');
+    await writeFile(configFile, good + (await addClient(deployment as Deployment, 'third', 'third-secret')));
+    const taken = await cli(['reload', '--config', configFile, '--pid-file', pidFile]);
+    assert.equal(taken.code, 0, taken.stderr);
+    assert.match(taken.stdout, /reloaded/);
+    assert.equal((await clientCredentials(server.baseUrl, 'third', 'third-secret')).status, 200);
+
+    const serving = await twoWorkers(server);
+    await writeFile(configFile, `${good}\nfrobnicate = 1\n`);
+    const invalid = await cli(['reload', '--config', configFile, '--pid-file', pidFile]);
+    assert.equal(invalid.code, 1);
+    assert.match(invalid.stderr, /frobnicate/);
+    assert.deepEqual(await childrenOf(server.child.pid as number), serving, 'an invalid file is not even sent');
+
+    // Valid, but no worker can listen where it says: the server keeps its workers and says why.
+    const squatter = createServer();
+    const busyPort = await freePort();
+    await new Promise<void>((resolve) => squatter.listen(busyPort, '127.0.0.1', resolve));
+    try {
+      await writeFile(configFile, good.replace(/^listen\s*=.*$/m, `listen = "127.0.0.1:${busyPort}"`));
+      const unstartable = await cli(['reload', '--config', configFile, '--pid-file', pidFile]);
+      assert.equal(unstartable.code, 1, unstartable.stdout);
+      assert.match(unstartable.stderr, /EADDRINUSE/);
+    } finally {
+      squatter.close();
+    }
+    assert.deepEqual(await childrenOf(server.child.pid as number), serving);
+    assert.equal((await clientCredentials(server.baseUrl, 'third', 'third-secret')).status, 200, 'still the taken config');
+    await writeFile(configFile, good);
+
+    const nobody = await cli(['reload', '--config', configFile, '--pid-file', join(deployment?.folder as string, 'no-such.pid')]);
+    assert.equal(nobody.code, 1);
+    assert.match(nobody.stderr, /no server is running/);
+  });
+
+  test('SIGTERM: a request in flight is answered (even one whose headers end during the drain), every worker ends, the primary exits 0 and removes its pid file', async () => {
+    const workers = await twoWorkers(server);
+    const body = 'grant_type=client_credentials';
+    const socket = connect(deployment?.port as number, '127.0.0.1');
+    await new Promise((resolve) => socket.once('connect', resolve));
+    let answer = '';
+    socket.setEncoding('utf8');
+    socket.on('data', (chunk: string) => (answer += chunk));
+    const closed = new Promise((resolve) => socket.once('close', resolve));
+    const request =
+      `POST /token HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: ${basic('webapp', SECRET)}\r\n` +
+      `Content-Type: application/x-www-form-urlencoded\r\nContent-Length: ${body.length}\r\n\r\n${body}`;
+    // Half the headers before the signal: the connection is a worker's, its request not yet read when the drain starts.
+    socket.write(request.slice(0, 40));
+    await sleep(300);
+    const draining = (): number => server.logs.filter((record) => record.msg === 'stopping: finishing in-flight requests').length;
+    const drainingBefore = draining();
+    server.child.kill('SIGTERM');
+    await eventually('both workers draining', () => draining() >= drainingBefore + 2);
+    // Let their app.close() begin (it is asynchronous) before the request's headers end.
+    await sleep(300);
+    socket.write(request.slice(40));
+    await closed;
+    assert.match(answer, /^HTTP\/1\.1 200 /, answer);
+    const exit = await server.exited;
+    assert.deepEqual(exit, { code: 0, signal: null }, server.output);
+    assert.equal(existsSync(pidFile), false, 'the pid file is removed');
+    for (const pid of workers) assert.throws(() => process.kill(pid, 0), 'no worker is left');
+  });
+}
+
+/** `count` requests one after another. */
+async function sequence<T>(count: number, send: () => Promise<T>): Promise<T[]> {
+  const results: T[] = [];
+  for (let i = 0; i < count; i += 1) results.push(await send());
+  return results;
+}
+
+/** Sends requests one after another until stopped; each result is a status, or the error of a refused connection. */
+function hammer(send: () => Promise<Answer>): { stop(): void; done: Promise<(number | string)[]> } {
+  let running = true;
+  const results: (number | string)[] = [];
+  const done = (async () => {
+    while (running) results.push(await send().then((answer) => answer.status, (error: Error) => error.message));
+    return results;
+  })();
+  return { stop: () => (running = false), done };
+}
+
+describe('serve with 2 workers on SQLite (workers = 2 in the config)', () => {
+  workersSuite(async () => ({ path: 'data/pinpoint.db' }), 'config');
+});
+
+describe('serve with 2 workers on PostgreSQL (serve --workers 2)', { skip: POSTGRES_URL === undefined ? 'PINPOINT_TEST_POSTGRES_URL is unset: no PostgreSQL to test against' : false }, () => {
+  let database: TestDatabase | undefined;
+  after(async () => database?.drop());
+  workersSuite(async () => {
+    database = await createTestDatabase(POSTGRES_URL as string, 'pinpoint_workers');
+    return { url: database.url };
+  }, 'flag');
+});
+
+describe('workers and the state they need', () => {
+  let deployment: Deployment | undefined;
+  after(async () => removeDeployment(deployment));
+
+  test('workers = 2 without a state block is a config error; so is serve --workers 2 on memory state; --workers 0 is a usage error', async () => {
+    deployment = await createDeployment({ state: { path: 'data/pinpoint.db' } });
+    const text = await readFile(deployment.configFile, 'utf8');
+    const memory = text.replace(/state \{[^}]*\}/, '');
+    await writeFile(deployment.configFile, `${memory}workers = 2\n`);
+    const checked = await cli(['check', '--config', deployment.configFile]);
+    assert.equal(checked.code, 1, checked.stdout);
+    assert.match(checked.stdout, /workers = 2 needs a state block/);
+
+    await writeFile(deployment.configFile, memory);
+    const served = await cli(['serve', '--config', deployment.configFile, '--workers', '2']);
+    assert.equal(served.code, 1, served.stdout);
+    assert.match(served.stderr, /--workers 2 needs a state block/);
+
+    const usage = await cli(['serve', '--config', deployment.configFile, '--workers', '0']);
+    assert.equal(usage.code, 2);
+    assert.match(usage.stderr, /--workers is "0"/);
+  });
+
+  test('check prints the workers setting', async () => {
+    const folder = deployment?.folder as string;
+    const configFile = join(folder, 'auto.hcl');
+    await writeFile(configFile, (await readFile(join(folder, 'config.hcl'), 'utf8')).replace(/^/, `workers = "auto"\nstate {\n  path = "data/auto.db"\n}\n`));
+    const checked = await cli(['check', '--config', configFile, '--json']);
+    assert.equal(checked.code, 0, checked.stdout);
+    assert.equal(JSON.parse(checked.stdout).workers, 'auto');
+    const text = await cli(['check', '--config', configFile]);
+    assert.match(text.stdout, /^workers +auto: \d+ workers? beside the supervising primary here/m);
+    await writeFile(configFile, `${(await readFile(configFile, 'utf8')).replace('workers = "auto"', 'workers = 0')}`);
+    const zero = await cli(['check', '--config', configFile]);
+    assert.equal(zero.code, 1);
+    assert.match(zero.stdout, /workers is 0; use a whole number from 1 to 64, or "auto"/);
+  });
+});
