@@ -46,8 +46,12 @@ export function refreshTokenGrant(ctx: AppContext, store: RefreshTokenStore & Gr
       const key = refreshTokenKey(presented);
       if (key === undefined) return { ok: false, error: badRefreshToken() };
       const lookup = await store.findRefreshToken(key.grantId, key.digest, now);
-      // RFC 9449 §5: a bound token without its key's proof is refused before reuse detection, so it cannot revoke.
-      const boundKey = lookup.status === 'active' ? lookup.token.boundKey : lookup.status === 'rotated' ? lookup.boundKey : undefined;
+      // RFC 9449 §5: this client's bound token without its key's proof is refused before reuse detection, so it cannot
+      // revoke (another client's token is refused below as any unknown one).
+      const boundKey =
+        lookup.status === 'active' && lookup.grant.clientId === client.clientId ? lookup.token.boundKey
+        : lookup.status === 'rotated' && lookup.clientId === client.clientId ? lookup.boundKey
+        : undefined;
       const unbound = bindingRefusal(boundKey, proofKey);
       if (unbound !== undefined) return { ok: false, error: unbound };
       const { state, grant } = await stateOf(lookup, client.clientId, client.refreshReuseGraceMs, now);
