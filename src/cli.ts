@@ -3,7 +3,8 @@ import { readFile, rename, writeFile } from 'node:fs/promises';
 import { resolve } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { parseArgs } from 'node:util';
-import { ConfigInvalid, formatProblem, loadConfig } from './config/load.js';
+import { loadConfigApart } from './config/load-apart.js';
+import { ConfigInvalid, formatProblem } from './config/problems.js';
 import { describeConfig, describeInvalid, renderReport, type CheckReport, type ProbeResult } from './config/report.js';
 import type { Config, StateConfig } from './config/types.js';
 import { MAX_WORKERS, parseWorkersOption } from './config/workers.js';
@@ -197,7 +198,8 @@ async function backup(file: string, to: string): Promise<number> {
 async function serve(file: string, options: SuperviseOptions): Promise<number> {
   let loaded: { config: Config; warnings: string[] };
   try {
-    loaded = await loadConfig(file);
+    // The primary runs for months: the HCL parser's memory goes away with the child that reads the file.
+    loaded = await loadConfigApart(file);
   } catch (error) {
     if (!(error instanceof ConfigInvalid)) throw error;
     printWarnings(error.warnings);
@@ -210,6 +212,11 @@ async function serve(file: string, options: SuperviseOptions): Promise<number> {
 
 /** How long `reload` waits for the server's answer: every worker started and the old ones drained. */
 const RELOAD_TIMEOUT_MS = 120_000;
+
+/** The config loader, imported when a command needs it (it brings the HCL parser). */
+async function loadConfig(file: string): Promise<{ config: Config; warnings: string[] }> {
+  return (await import('./config/load.js')).loadConfig(file);
+}
 
 /** DESIGN.md §2, §11: checks FILE, leaves a request next to the pid file, sends SIGHUP, and waits for the answer. */
 async function reload(file: string, pidFile: string): Promise<number> {

@@ -11,7 +11,8 @@ import type { Server } from 'node:http';
 import { resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { Logger } from 'pino';
-import { ConfigInvalid, formatProblem, loadConfig } from './config/load.js';
+import { loadConfigApart } from './config/load-apart.js';
+import { ConfigInvalid, formatProblem } from './config/problems.js';
 import type { Config } from './config/types.js';
 import { formatListen } from './config/urls.js';
 import { workerCount, workersWithoutState, type WorkersSetting } from './config/workers.js';
@@ -393,7 +394,7 @@ class Supervisor {
   async #replaceWorkers(file: string): Promise<{ problems: string[]; warnings?: readonly string[] }> {
     let loaded: { config: Config; warnings: string[] };
     try {
-      loaded = await loadConfig(file);
+      loaded = await loadConfigApart(file);
     } catch (error) {
       if (!(error instanceof ConfigInvalid)) throw error;
       return { problems: error.problems.map(formatProblem), warnings: error.warnings };
