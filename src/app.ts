@@ -22,7 +22,7 @@ import { registrationRoutes } from './oauth/register.js';
 import { revocationRoutes } from './oauth/revoke.js';
 import { metadataRoutes, wellKnownAtRoot } from './oauth/metadata.js';
 import { parRoutes } from './oauth/par.js';
-import { tokenRoutes } from './oauth/token.js';
+import { tokenRoutes, type TokenRouteDeps } from './oauth/token.js';
 import { userinfoRoutes } from './oauth/userinfo.js';
 import type { KeyRing, SigningKeys } from './crypto/keys.js';
 import type { Store } from './store/types.js';
@@ -82,7 +82,7 @@ export async function buildApp(options: BuildAppOptions): Promise<{ app: Fastify
           metricsRegistry: ctx.metrics.registry,
         }),
       );
-      await scoped.register(tokenRoutes(ctx, store));
+      await scoped.register(tokenRoutes(tokenDeps(ctx, store)));
       await scoped.register(parRoutes(ctx, store));
       await scoped.register(userinfoRoutes(ctx, store));
       await scoped.register(deviceAuthorizationRoutes(ctx, store));
@@ -138,4 +138,21 @@ export async function buildApp(options: BuildAppOptions): Promise<{ app: Fastify
     { prefix: ctx.config.basePath },
   );
   return { app, ctx };
+}
+
+function tokenDeps(ctx: AppContext, store: Store): TokenRouteDeps {
+  return {
+    store,
+    failures: ctx.failures,
+    limits: ctx.limits,
+    now: ctx.now,
+    clients: ctx.clients,
+    issuer: ctx.issuer,
+    keys: () => ctx.keys,
+    signer: ctx.signer,
+    tokenState: ctx.tokenState,
+    verifiedAccessTokens: ctx.verifiedAccessTokens,
+    isKnownSubject: ctx.isKnownSubject,
+    metrics: ctx.metrics,
+  };
 }
