@@ -14,14 +14,15 @@ import { devicePageRoutes } from './login/device-page.js';
 import { federationRoutes } from './login/federation.js';
 import { loginRoutes } from './login/routes.js';
 import { authorizeRoutes } from './oauth/authorize.js';
-import { deviceAuthorizationRoutes } from './oauth/device-authorization.js';
+import { deviceAuthorizationRoutes, type DeviceAuthorizationRouteDeps } from './oauth/device-authorization.js';
 import { healthRoutes } from './oauth/health.js';
-import { introspectionRoutes } from './oauth/introspect.js';
+import { introspectionRoutes, type IntrospectionRouteDeps } from './oauth/introspect.js';
 import { logoutRoutes } from './oauth/logout.js';
 import { registrationRoutes } from './oauth/register.js';
-import { revocationRoutes } from './oauth/revoke.js';
+import { revocationRoutes, type RevocationRouteDeps } from './oauth/revoke.js';
 import { metadataRoutes, wellKnownAtRoot } from './oauth/metadata.js';
-import { parRoutes } from './oauth/par.js';
+import { parRoutes, type ParRouteDeps } from './oauth/par.js';
+import type { FormEndpointDeps } from './oauth/form-endpoint.js';
 import { tokenRoutes, type TokenRouteDeps } from './oauth/token.js';
 import { userinfoRoutes } from './oauth/userinfo.js';
 import type { KeyRing, SigningKeys } from './crypto/keys.js';
@@ -83,9 +84,9 @@ export async function buildApp(options: BuildAppOptions): Promise<{ app: Fastify
         }),
       );
       await scoped.register(tokenRoutes(tokenDeps(ctx, store)));
-      await scoped.register(parRoutes(ctx, store));
+      await scoped.register(parRoutes(parDeps(ctx, store)));
       await scoped.register(userinfoRoutes(ctx, store));
-      await scoped.register(deviceAuthorizationRoutes(ctx, store));
+      await scoped.register(deviceAuthorizationRoutes(deviceAuthorizationDeps(ctx, store)));
       await scoped.register(
         devicePageRoutes({
           store,
@@ -131,8 +132,8 @@ export async function buildApp(options: BuildAppOptions): Promise<{ app: Fastify
           isKnownSubject: ctx.isKnownSubject,
         }),
       );
-      await scoped.register(revocationRoutes(ctx, store));
-      await scoped.register(introspectionRoutes(ctx, store));
+      await scoped.register(revocationRoutes(revocationDeps(ctx, store)));
+      await scoped.register(introspectionRoutes(introspectionDeps(ctx, store)));
       await scoped.register(registrationRoutes(ctx, store));
     },
     { prefix: ctx.config.basePath },
@@ -143,9 +144,7 @@ export async function buildApp(options: BuildAppOptions): Promise<{ app: Fastify
 function tokenDeps(ctx: AppContext, store: Store): TokenRouteDeps {
   return {
     store,
-    failures: ctx.failures,
-    limits: ctx.limits,
-    now: ctx.now,
+    ...formFront(ctx),
     clients: ctx.clients,
     issuer: ctx.issuer,
     keys: () => ctx.keys,
@@ -155,4 +154,36 @@ function tokenDeps(ctx: AppContext, store: Store): TokenRouteDeps {
     isKnownSubject: ctx.isKnownSubject,
     metrics: ctx.metrics,
   };
+}
+
+function deviceAuthorizationDeps(ctx: AppContext, store: Store): DeviceAuthorizationRouteDeps {
+  return { store, ...formFront(ctx), clients: ctx.clients, issuer: ctx.issuer };
+}
+
+function parDeps(ctx: AppContext, store: Store): ParRouteDeps {
+  return { store, ...formFront(ctx), clients: ctx.clients, issuer: ctx.issuer };
+}
+
+function revocationDeps(ctx: AppContext, store: Store): RevocationRouteDeps {
+  return { store, ...formFront(ctx), clients: ctx.clients, issuer: ctx.issuer, keys: () => ctx.keys };
+}
+
+function introspectionDeps(ctx: AppContext, store: Store): IntrospectionRouteDeps {
+  return {
+    store,
+    ...formFront(ctx),
+    clients: ctx.clients,
+    resourceServers: ctx.config.resourceServers,
+    issuer: ctx.issuer,
+    keys: () => ctx.keys,
+    verifiedAccessTokens: ctx.verifiedAccessTokens,
+    tokenState: ctx.tokenState,
+    isKnownSubject: ctx.isKnownSubject,
+  };
+}
+
+/** The front every form endpoint shares: the failure counter and its two limits (DESIGN.md §7), the clock. */
+function formFront(ctx: AppContext): FormEndpointDeps {
+  const { clientFailures, addressFailures } = ctx.limits;
+  return { failures: ctx.failures, limits: { clientFailures, addressFailures }, now: ctx.now };
 }

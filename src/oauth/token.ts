@@ -7,7 +7,7 @@ import type { Metrics } from '../http/metrics.js';
 import { single } from '../http/params.js';
 import { OAuthError } from '../policy/oauth-error.js';
 import { proofRequirement } from '../policy/sender-constraint.js';
-import type { AuthorizationCodeStore, DeviceCodeStore, GrantStore, RefreshTokenStore, ReplayStore, RevokedTokenStore } from '../store/types.js';
+import type { AuthorizationCodeStore, DeviceCodeStore, GrantStore, RefreshTokenStore, ReplayStore } from '../store/types.js';
 import { assertionVerifier, authenticateClient, claimedClient } from '../clients/authentication.js';
 import type { AccessTokenStateSources } from '../tokens/access-token-state.js';
 import type { TokenSigner } from '../tokens/response.js';
@@ -20,8 +20,8 @@ import { runGrant, type GrantHandler } from './grants/grant.js';
 import { refreshTokenGrant } from './grants/refresh-token.js';
 import { tokenExchangeGrant } from './grants/token-exchange.js';
 
-/** The state /token reads and changes. */
-export type TokenStores = GrantStore & AuthorizationCodeStore & RefreshTokenStore & DeviceCodeStore & RevokedTokenStore & ReplayStore;
+/** The state /token reads and changes (token exchange reads grants and revocations through tokenState). */
+export type TokenStores = GrantStore & AuthorizationCodeStore & RefreshTokenStore & DeviceCodeStore & ReplayStore;
 
 export type GrantTable = ReadonlyMap<string, GrantHandler<unknown>>;
 
