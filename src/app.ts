@@ -24,7 +24,7 @@ import { metadataRoutes, wellKnownAtRoot } from './oauth/metadata.js';
 import { parRoutes, type ParRouteDeps } from './oauth/par.js';
 import type { FormEndpointDeps } from './oauth/form-endpoint.js';
 import { tokenRoutes, type TokenRouteDeps } from './oauth/token.js';
-import { userinfoRoutes } from './oauth/userinfo.js';
+import { userinfoRoutes, type UserinfoRouteDeps } from './oauth/userinfo.js';
 import type { KeyRing, SigningKeys } from './crypto/keys.js';
 import type { Store } from './store/types.js';
 import { createLogger } from './log.js';
@@ -85,7 +85,7 @@ export async function buildApp(options: BuildAppOptions): Promise<{ app: Fastify
       );
       await scoped.register(tokenRoutes(tokenDeps(ctx, store)));
       await scoped.register(parRoutes(parDeps(ctx, store)));
-      await scoped.register(userinfoRoutes(ctx, store));
+      await scoped.register(userinfoRoutes(userinfoDeps(ctx, store)));
       await scoped.register(deviceAuthorizationRoutes(deviceAuthorizationDeps(ctx, store)));
       await scoped.register(
         devicePageRoutes({
@@ -186,4 +186,8 @@ function introspectionDeps(ctx: AppContext, store: Store): IntrospectionRouteDep
 function formFront(ctx: AppContext): FormEndpointDeps {
   const { clientFailures, addressFailures } = ctx.limits;
   return { failures: ctx.failures, limits: { clientFailures, addressFailures }, now: ctx.now };
+}
+
+function userinfoDeps(ctx: AppContext, store: Store): UserinfoRouteDeps {
+  return { store, users: ctx.config.users, clients: ctx.clients, issuer: ctx.issuer, keys: () => ctx.keys, now: ctx.now, tokenState: ctx.tokenState };
 }
