@@ -20,7 +20,7 @@ import { introspectionRoutes, type IntrospectionRouteDeps } from './oauth/intros
 import { logoutRoutes } from './oauth/logout.js';
 import { registrationRoutes } from './oauth/register.js';
 import { revocationRoutes, type RevocationRouteDeps } from './oauth/revoke.js';
-import { metadataRoutes, wellKnownAtRoot } from './oauth/metadata.js';
+import { metadataRoutes, wellKnownAtRoot, type MetadataDocumentDeps } from './oauth/metadata.js';
 import { parRoutes, type ParRouteDeps } from './oauth/par.js';
 import type { FormEndpointDeps } from './oauth/form-endpoint.js';
 import { tokenRoutes, type TokenRouteDeps } from './oauth/token.js';
@@ -62,12 +62,12 @@ export async function buildApp(options: BuildAppOptions): Promise<{ app: Fastify
   });
 
   // RFC 8414 §3.1 copies of the metadata live outside the prefix.
-  await app.register(wellKnownAtRoot(ctx));
+  await app.register(wellKnownAtRoot({ ...metadataDocument(ctx), basePath: ctx.config.basePath }));
   await app.register(
     async (scoped) => {
-      await scoped.register(metadataRoutes(ctx));
+      await scoped.register(metadataRoutes({ ...metadataDocument(ctx), keys: () => ctx.keys, jwksMaxAgeSeconds: ctx.jwksMaxAgeSeconds }));
       // Each plugin gets the narrow part of the store it uses (its parameter type says which).
-      await scoped.register(healthRoutes(store));
+      await scoped.register(healthRoutes({ store }));
       await scoped.register(authorizeRoutes(ctx, store));
       await scoped.register(
         loginRoutes({
@@ -134,7 +134,7 @@ export async function buildApp(options: BuildAppOptions): Promise<{ app: Fastify
       );
       await scoped.register(revocationRoutes(revocationDeps(ctx, store)));
       await scoped.register(introspectionRoutes(introspectionDeps(ctx, store)));
-      await scoped.register(registrationRoutes(ctx, store));
+      await scoped.register(registrationRoutes({ store, dynamicClients: ctx.config.dynamicClients, ...formFront(ctx) }));
     },
     { prefix: ctx.config.basePath },
   );
@@ -190,4 +190,8 @@ function formFront(ctx: AppContext): FormEndpointDeps {
 
 function userinfoDeps(ctx: AppContext, store: Store): UserinfoRouteDeps {
   return { store, users: ctx.config.users, clients: ctx.clients, issuer: ctx.issuer, keys: () => ctx.keys, now: ctx.now, tokenState: ctx.tokenState };
+}
+
+function metadataDocument(ctx: AppContext): MetadataDocumentDeps {
+  return { issuer: ctx.issuer, configuredClients: ctx.config.clients, dynamicClients: ctx.config.dynamicClients };
 }
