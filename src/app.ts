@@ -8,12 +8,12 @@ import { ClientDirectory, type DocumentResolver } from './clients/directory.js';
 import { createMetrics, type Metrics } from './http/metrics.js';
 import { measuredStore } from './store/measured.js';
 import type { LimiterLink } from './http/shared-limiter.js';
-import { countFailure } from './http/failure-limit.js';
+import { countFailure, type FailureLimits } from './http/failure-limit.js';
 import { consentRoutes } from './login/consent.js';
 import { devicePageRoutes } from './login/device-page.js';
 import { federationRoutes } from './login/federation.js';
 import { loginRoutes } from './login/routes.js';
-import { authorizeRoutes } from './oauth/authorize.js';
+import { authorizeRoutes, type AuthorizeRouteDeps } from './oauth/authorize.js';
 import { deviceAuthorizationRoutes, type DeviceAuthorizationRouteDeps } from './oauth/device-authorization.js';
 import { healthRoutes } from './oauth/health.js';
 import { introspectionRoutes, type IntrospectionRouteDeps } from './oauth/introspect.js';
@@ -68,7 +68,7 @@ export async function buildApp(options: BuildAppOptions): Promise<{ app: Fastify
       await scoped.register(metadataRoutes({ ...metadataDocument(ctx), keys: () => ctx.keys, jwksMaxAgeSeconds: ctx.jwksMaxAgeSeconds }));
       // Each plugin gets the narrow part of the store it uses (its parameter type says which).
       await scoped.register(healthRoutes({ store }));
-      await scoped.register(authorizeRoutes(ctx, store));
+      await scoped.register(authorizeRoutes(authorizeDeps(ctx, store)));
       await scoped.register(
         loginRoutes({
           store,
@@ -184,8 +184,13 @@ function introspectionDeps(ctx: AppContext, store: Store): IntrospectionRouteDep
 
 /** The front every form endpoint shares: the failure counter and its two limits (DESIGN.md §7), the clock. */
 function formFront(ctx: AppContext): FormEndpointDeps {
+  return { failures: ctx.failures, limits: failureLimits(ctx), now: ctx.now };
+}
+
+/** DESIGN.md §7: the two limits on failed requests, out of the `limits` block. */
+function failureLimits(ctx: AppContext): FailureLimits {
   const { clientFailures, addressFailures } = ctx.limits;
-  return { failures: ctx.failures, limits: { clientFailures, addressFailures }, now: ctx.now };
+  return { clientFailures, addressFailures };
 }
 
 function userinfoDeps(ctx: AppContext, store: Store): UserinfoRouteDeps {
@@ -194,4 +199,19 @@ function userinfoDeps(ctx: AppContext, store: Store): UserinfoRouteDeps {
 
 function metadataDocument(ctx: AppContext): MetadataDocumentDeps {
   return { issuer: ctx.issuer, configuredClients: ctx.config.clients, dynamicClients: ctx.config.dynamicClients };
+}
+
+function authorizeDeps(ctx: AppContext, store: Store): AuthorizeRouteDeps {
+  return {
+    store,
+    clients: ctx.clients,
+    issuer: ctx.issuer,
+    now: ctx.now,
+    cookies: ctx.cookies,
+    basePath: ctx.config.basePath,
+    signInPage: ctx.signInPage,
+    isKnownSubject: ctx.isKnownSubject,
+    failures: ctx.failures,
+    limits: failureLimits(ctx),
+  };
 }
