@@ -1,29 +1,33 @@
-/** buildApp(): the Fastify instance with every route, without listen(), so tests can inject(). */
+/**
+ * buildApp(): the Fastify instance with every route, without listen(), so tests can inject(). This is the composition
+ * root (DESIGN.md §1): each plugin is given exactly the fields its deps interface lists, built below one function each.
+ */
 import type { FastifyInstance } from 'fastify';
 import { createTransport } from './http/transport.js';
 import type { Logger } from 'pino';
-import { makeContext, type AppContext, type AppLimits } from './context.js';
+import { makeServices, type AppLimits, type AppServices } from './context.js';
 import type { Config } from './config/types.js';
 import { ClientDirectory, type DocumentResolver } from './clients/directory.js';
 import { createMetrics, type Metrics } from './http/metrics.js';
 import { measuredStore } from './store/measured.js';
 import type { LimiterLink } from './http/shared-limiter.js';
-import { countFailure } from './http/failure-limit.js';
-import { consentRoutes } from './login/consent.js';
-import { devicePageRoutes } from './login/device-page.js';
-import { federationRoutes } from './login/federation.js';
-import { loginRoutes } from './login/routes.js';
-import { authorizeRoutes } from './oauth/authorize.js';
-import { deviceAuthorizationRoutes } from './oauth/device-authorization.js';
+import { countFailure, type FailureLimits } from './http/failure-limit.js';
+import { consentRoutes, type ConsentRouteDeps } from './login/consent.js';
+import { devicePageRoutes, type DevicePageDeps } from './login/device-page.js';
+import { federationRoutes, type FederationRouteDeps } from './login/federation.js';
+import { loginRoutes, type LoginRouteDeps } from './login/routes.js';
+import { authorizeRoutes, type AuthorizeRouteDeps } from './oauth/authorize.js';
+import { deviceAuthorizationRoutes, type DeviceAuthorizationRouteDeps } from './oauth/device-authorization.js';
+import type { FormEndpointDeps } from './oauth/form-endpoint.js';
 import { healthRoutes } from './oauth/health.js';
-import { introspectionRoutes } from './oauth/introspect.js';
-import { logoutRoutes } from './oauth/logout.js';
-import { registrationRoutes } from './oauth/register.js';
-import { revocationRoutes } from './oauth/revoke.js';
-import { metadataRoutes, wellKnownAtRoot } from './oauth/metadata.js';
-import { parRoutes } from './oauth/par.js';
-import { tokenRoutes } from './oauth/token.js';
-import { userinfoRoutes } from './oauth/userinfo.js';
+import { introspectionRoutes, type IntrospectionRouteDeps } from './oauth/introspect.js';
+import { logoutRoutes, type LogoutRouteDeps } from './oauth/logout.js';
+import { registrationRoutes, type RegistrationRouteDeps } from './oauth/register.js';
+import { revocationRoutes, type RevocationRouteDeps } from './oauth/revoke.js';
+import { metadataRoutes, wellKnownAtRoot, type MetadataDocumentDeps } from './oauth/metadata.js';
+import { parRoutes, type ParRouteDeps } from './oauth/par.js';
+import { tokenRoutes, type TokenRouteDeps } from './oauth/token.js';
+import { userinfoRoutes, type UserinfoRouteDeps } from './oauth/userinfo.js';
 import type { KeyRing, SigningKeys } from './crypto/keys.js';
 import type { Store } from './store/types.js';
 import { createLogger } from './log.js';
@@ -44,11 +48,12 @@ export interface BuildAppOptions {
   readonly limiterLink?: LimiterLink;
 }
 
-export async function buildApp(options: BuildAppOptions): Promise<{ app: FastifyInstance; ctx: AppContext }> {
+/** The app, and the shared services it was built with (tests read the limits and metrics in effect). */
+export async function buildApp(options: BuildAppOptions): Promise<{ app: FastifyInstance; ctx: AppServices }> {
   const metrics = options.metrics ?? createMetrics({ processMetrics: false });
   const store = measuredStore(options.store, metrics.storeOperations);
   const clients = new ClientDirectory(options.config, store, options.documents);
-  const ctx = makeContext(options.config, options.keys, clients, store, { now: options.now, limits: options.limits, metrics, limiterLink: options.limiterLink });
+  const services = makeServices(options.config, options.keys, clients, store, { now: options.now, limits: options.limits, metrics, limiterLink: options.limiterLink });
   const app = await createTransport({
     logger: options.logger ?? createLogger('silent'),
     baseUrl: options.config.baseUrl,
@@ -57,85 +62,166 @@ export async function buildApp(options: BuildAppOptions): Promise<{ app: Fastify
     ...(options.https !== undefined && { https: options.https }),
     metrics,
     isClientOrigin: (origin) => clients.isClientOrigin(origin),
-    countFailure: (address, status) => countFailure(ctx.failures, address, undefined, status, ctx.now()),
+    countFailure: (address, status) => countFailure(services.failures, address, undefined, status, services.now()),
   });
+  await registerRoutes(app, services, store);
+  return { app, ctx: services };
+}
 
+/** Every plugin, each given the narrow part of the store and the services its deps interface names. */
+async function registerRoutes(app: FastifyInstance, services: AppServices, store: Store): Promise<void> {
+  const { basePath } = services.config;
   // RFC 8414 §3.1 copies of the metadata live outside the prefix.
-  await app.register(wellKnownAtRoot(ctx));
+  await app.register(wellKnownAtRoot({ ...metadataDocument(services), basePath }));
   await app.register(
     async (scoped) => {
-      await scoped.register(metadataRoutes(ctx));
-      // Each plugin gets the narrow part of the store it uses (its parameter type says which).
-      await scoped.register(healthRoutes(store));
-      await scoped.register(authorizeRoutes(ctx, store));
-      await scoped.register(
-        loginRoutes({
-          store,
-          now: ctx.now,
-          cookies: ctx.cookies,
-          basePath: ctx.config.basePath,
-          users: ctx.config.users,
-          upstreams: [...ctx.config.federations.values()].map((upstream) => upstream.name),
-          failures: ctx.failures,
-          limits: ctx.limits,
-          sessionLifetimeMs: ctx.sessionLifetimeMs,
-          metricsRegistry: ctx.metrics.registry,
-        }),
-      );
-      await scoped.register(tokenRoutes(ctx, store));
-      await scoped.register(parRoutes(ctx, store));
-      await scoped.register(userinfoRoutes(ctx, store));
-      await scoped.register(deviceAuthorizationRoutes(ctx, store));
-      await scoped.register(
-        devicePageRoutes({
-          store,
-          now: ctx.now,
-          cookies: ctx.cookies,
-          basePath: ctx.config.basePath,
-          isKnownSubject: ctx.isKnownSubject,
-          signInPage: ctx.signInPage,
-          limits: ctx.limits,
-        }),
-      );
-      await scoped.register(
-        federationRoutes({
-          store,
-          now: ctx.now,
-          cookies: ctx.cookies,
-          basePath: ctx.config.basePath,
-          issuer: ctx.issuer,
-          federations: ctx.config.federations,
-          sessionLifetimeMs: ctx.sessionLifetimeMs,
-        }),
-      );
-      await scoped.register(
-        consentRoutes({
-          store,
-          clients: ctx.clients,
-          now: ctx.now,
-          cookies: ctx.cookies,
-          basePath: ctx.config.basePath,
-          issuer: ctx.issuer,
-          isKnownSubject: ctx.isKnownSubject,
-        }),
-      );
-      await scoped.register(
-        logoutRoutes({
-          store,
-          clients: ctx.clients,
-          keys: () => ctx.keys,
-          issuer: ctx.issuer,
-          now: ctx.now,
-          cookies: ctx.cookies,
-          basePath: ctx.config.basePath,
-          isKnownSubject: ctx.isKnownSubject,
-        }),
-      );
-      await scoped.register(revocationRoutes(ctx, store));
-      await scoped.register(introspectionRoutes(ctx, store));
-      await scoped.register(registrationRoutes(ctx, store));
+      await scoped.register(metadataRoutes({ ...metadataDocument(services), keys: services.keys, jwksMaxAgeSeconds: services.jwksMaxAgeSeconds }));
+      await scoped.register(healthRoutes({ store }));
+      await scoped.register(authorizeRoutes(authorizeDeps(services, store)));
+      await scoped.register(loginRoutes(loginDeps(services, store)));
+      await scoped.register(tokenRoutes(tokenDeps(services, store)));
+      await scoped.register(parRoutes(parDeps(services, store)));
+      await scoped.register(userinfoRoutes(userinfoDeps(services, store)));
+      await scoped.register(deviceAuthorizationRoutes(deviceAuthorizationDeps(services, store)));
+      await scoped.register(devicePageRoutes(devicePageDeps(services, store)));
+      await scoped.register(federationRoutes(federationDeps(services, store)));
+      await scoped.register(consentRoutes(consentDeps(services, store)));
+      await scoped.register(logoutRoutes(logoutDeps(services, store)));
+      await scoped.register(revocationRoutes(revocationDeps(services, store)));
+      await scoped.register(introspectionRoutes(introspectionDeps(services, store)));
+      await scoped.register(registrationRoutes(registrationDeps(services, store)));
     },
-    { prefix: ctx.config.basePath },
+    { prefix: basePath },
   );
-  return { app, ctx };
+}
+
+/** DESIGN.md §7: the two limits on failed requests, out of the `limits` block. */
+function failureLimits(services: AppServices): FailureLimits {
+  const { clientFailures, addressFailures } = services.limits;
+  return { clientFailures, addressFailures };
+}
+
+/** The front every form endpoint shares: the failure counter and its two limits (DESIGN.md §7), the clock. */
+function formFront(services: AppServices): FormEndpointDeps {
+  return { failures: services.failures, limits: failureLimits(services), now: services.now };
+}
+
+function metadataDocument(services: AppServices): MetadataDocumentDeps {
+  return { issuer: services.issuer, configuredClients: services.config.clients, dynamicClients: services.config.dynamicClients };
+}
+
+function authorizeDeps(services: AppServices, store: Store): AuthorizeRouteDeps {
+  return {
+    store,
+    clients: services.clients,
+    issuer: services.issuer,
+    now: services.now,
+    cookies: services.cookies,
+    basePath: services.config.basePath,
+    signInPage: services.signInPage,
+    isKnownSubject: services.isKnownSubject,
+    failures: services.failures,
+    limits: failureLimits(services),
+  };
+}
+
+function loginDeps(services: AppServices, store: Store): LoginRouteDeps {
+  const { addressFailures, loginFailures, loginFailuresAny, loginWindowMs, passwordHashes, passwordWaitMs, passwordChecksWaiting } = services.limits;
+  return {
+    store,
+    now: services.now,
+    cookies: services.cookies,
+    basePath: services.config.basePath,
+    users: services.config.users,
+    upstreams: [...services.config.federations.values()].map((upstream) => upstream.name),
+    failures: services.failures,
+    limits: { addressFailures, loginFailures, loginFailuresAny, loginWindowMs, passwordHashes, passwordWaitMs, passwordChecksWaiting },
+    sessionLifetimeMs: services.sessionLifetimeMs,
+    metricsRegistry: services.metrics.registry,
+  };
+}
+
+function tokenDeps(services: AppServices, store: Store): TokenRouteDeps {
+  return {
+    store,
+    ...formFront(services),
+    clients: services.clients,
+    issuer: services.issuer,
+    keys: services.keys,
+    signer: services.signer,
+    tokenState: services.tokenState,
+    verifiedAccessTokens: services.verifiedAccessTokens,
+    isKnownSubject: services.isKnownSubject,
+    metrics: services.metrics,
+  };
+}
+
+function parDeps(services: AppServices, store: Store): ParRouteDeps {
+  return { store, ...formFront(services), clients: services.clients, issuer: services.issuer };
+}
+
+function userinfoDeps(services: AppServices, store: Store): UserinfoRouteDeps {
+  const { clients, issuer, keys, now, tokenState } = services;
+  return { store, users: services.config.users, clients, issuer, keys, now, tokenState };
+}
+
+function deviceAuthorizationDeps(services: AppServices, store: Store): DeviceAuthorizationRouteDeps {
+  return { store, ...formFront(services), clients: services.clients, issuer: services.issuer };
+}
+
+function devicePageDeps(services: AppServices, store: Store): DevicePageDeps {
+  const { userCodeFailures, userCodeWindowMs } = services.limits;
+  return {
+    store,
+    now: services.now,
+    cookies: services.cookies,
+    basePath: services.config.basePath,
+    isKnownSubject: services.isKnownSubject,
+    signInPage: services.signInPage,
+    limits: { userCodeFailures, userCodeWindowMs },
+  };
+}
+
+function federationDeps(services: AppServices, store: Store): FederationRouteDeps {
+  return {
+    store,
+    now: services.now,
+    cookies: services.cookies,
+    basePath: services.config.basePath,
+    issuer: services.issuer,
+    federations: services.config.federations,
+    sessionLifetimeMs: services.sessionLifetimeMs,
+  };
+}
+
+function consentDeps(services: AppServices, store: Store): ConsentRouteDeps {
+  const { clients, now, cookies, issuer, isKnownSubject } = services;
+  return { store, clients, now, cookies, basePath: services.config.basePath, issuer, isKnownSubject };
+}
+
+function logoutDeps(services: AppServices, store: Store): LogoutRouteDeps {
+  const { clients, keys, issuer, now, cookies, isKnownSubject } = services;
+  return { store, clients, keys, issuer, now, cookies, basePath: services.config.basePath, isKnownSubject };
+}
+
+function revocationDeps(services: AppServices, store: Store): RevocationRouteDeps {
+  return { store, ...formFront(services), clients: services.clients, issuer: services.issuer, keys: services.keys };
+}
+
+function introspectionDeps(services: AppServices, store: Store): IntrospectionRouteDeps {
+  return {
+    store,
+    ...formFront(services),
+    clients: services.clients,
+    resourceServers: services.config.resourceServers,
+    issuer: services.issuer,
+    keys: services.keys,
+    verifiedAccessTokens: services.verifiedAccessTokens,
+    tokenState: services.tokenState,
+    isKnownSubject: services.isKnownSubject,
+  };
+}
+
+function registrationDeps(services: AppServices, store: Store): RegistrationRouteDeps {
+  return { store, dynamicClients: services.config.dynamicClients, ...formFront(services) };
 }

@@ -1,4 +1,7 @@
-/** What every route needs, built once at start and passed down (no globals). State is passed separately, narrowed per route. */
+/**
+ * The composition root's shared services (after fosite's compose/): built once by buildApp, which hands each plugin
+ * only the fields it uses (app.ts). No plugin sees this object or imports this module.
+ */
 import type { Config } from './config/types.js';
 import { VerifiedAccessTokens } from './crypto/jwt.js';
 import { KEY_TIMING, type KeyRing, type SigningKeys } from './crypto/keys.js';
@@ -53,10 +56,10 @@ export const DEFAULT_LIMITS: AppLimits = {
 /** Verified access tokens remembered: about 1 KiB each, so at most about 10 MB. */
 const REMEMBERED_TOKENS = 10_000;
 
-export interface AppContext {
+export interface AppServices {
   readonly config: Config;
-  /** The keys in use now (a KeyRing swaps them when keys are rotated or retired). */
-  readonly keys: SigningKeys;
+  /** The keys in use now, read at each use: a KeyRing swaps them when keys are rotated or retired. */
+  readonly keys: () => SigningKeys;
   /** How long JWKS caches may keep /jwks (fits the key timing: a new key is published before it signs). */
   readonly jwksMaxAgeSeconds: number;
   readonly issuer: string;
@@ -80,13 +83,13 @@ export interface AppContext {
   readonly tokenState: AccessTokenStateSources;
 }
 
-export function makeContext(
+export function makeServices(
   config: Config,
   keys: SigningKeys | KeyRing,
   clients: ClientDirectory,
   store: GrantStore & RevokedTokenStore,
   options: { now?: () => number; limits?: Partial<AppLimits>; metrics?: Metrics; limiterLink?: LimiterLink } = {},
-): AppContext {
+): AppServices {
   // The config's `limits` block, then what a test asks for (windows, small numbers).
   const chosen = { ...DEFAULT_LIMITS, ...config.limits, ...options.limits };
   // The waiting room grows with the slots unless set: each slot gets through its share of it within the wait.
@@ -101,9 +104,7 @@ export function makeContext(
   const isKnown = (subject: string): boolean => isKnownSubject(subject, config.users, config.federations);
   return {
     config,
-    get keys(): SigningKeys {
-      return keysNow();
-    },
+    keys: keysNow,
     jwksMaxAgeSeconds: ring?.jwksMaxAgeSeconds ?? KEY_TIMING.jwksMaxAgeSeconds,
     issuer: config.baseUrl,
     now,

@@ -1,6 +1,6 @@
 /** POST /device_authorization (RFC 8628 §3.1-3.2): a device code for the device, a user code for the person. */
 import type { FastifyPluginAsync } from 'fastify';
-import type { AppContext } from '../context.js';
+import type { ClientDirectory } from '../clients/directory.js';
 import { DEVICE_CODE_GRANT, mayUseGrant } from '../policy/grant-eligibility.js';
 import { OAuthError } from '../policy/oauth-error.js';
 import { StoreUnavailableError } from '../store/unavailable.js';
@@ -12,7 +12,7 @@ import { newSecret, randomCode } from '../crypto/random.js';
 import { formatUserCode, USER_CODE_ALPHABET, USER_CODE_LENGTH } from '../policy/user-code.js';
 import { assertionVerifier, authenticateClient, claimedClient } from '../clients/authentication.js';
 import { unwrap } from './grants/grant.js';
-import { handleFormEndpoint } from './form-endpoint.js';
+import { handleFormEndpoint, type FormEndpointDeps } from './form-endpoint.js';
 
 /** RFC 8628 §3.2 expires_in: long enough to find a phone and sign in. */
 export const DEVICE_CODE_LIFETIME_MS = 600_000;
@@ -24,8 +24,17 @@ const USER_CODE_DRAWS = 5;
 /** A fresh user code in its stored form: 8 characters of the alphabet, no dash. */
 export const newUserCode = (): string => randomCode(USER_CODE_ALPHABET, USER_CODE_LENGTH);
 
-export function deviceAuthorizationRoutes(ctx: AppContext, store: DeviceCodeStore & ReplayStore): FastifyPluginAsync {
-  const verifyAssertion = assertionVerifier(ctx, store, '/device_authorization');
+/** What /device_authorization uses, wired by buildApp. */
+export interface DeviceAuthorizationRouteDeps extends FormEndpointDeps {
+  readonly store: DeviceCodeStore & ReplayStore;
+  /** Clients by client_id, and the keys a private_key_jwt client's assertion is checked with (DESIGN.md §13). */
+  readonly clients: Pick<ClientDirectory, 'find' | 'assertionKeysOf'>;
+  readonly issuer: string;
+}
+
+export function deviceAuthorizationRoutes(deps: DeviceAuthorizationRouteDeps): FastifyPluginAsync {
+  const { store } = deps;
+  const verifyAssertion = assertionVerifier(deps, store, '/device_authorization');
   async function storeNewAuthorization(record: Omit<DeviceAuthorizationRecord, 'userCode'>): Promise<string> {
     for (let draw = 1; ; draw++) {
       const userCode = newUserCode();
@@ -40,8 +49,8 @@ export function deviceAuthorizationRoutes(ctx: AppContext, store: DeviceCodeStor
 
   return async (app) => {
     app.post('/device_authorization', async (request, reply) =>
-      handleFormEndpoint(ctx, request, reply, async (params, presented) => {
-        const client = await authenticateClient(presented, await claimedClient(ctx.clients, presented), verifyAssertion);
+      handleFormEndpoint(deps, request, reply, async (params, presented) => {
+        const client = await authenticateClient(presented, await claimedClient(deps.clients, presented), verifyAssertion);
         if (!mayUseGrant(client, DEVICE_CODE_GRANT)) throw new OAuthError('unauthorized_client', 'this client may not use the device authorization flow');
         // DESIGN.md §5: device tokens are for the whole audience, so any `resource` is refused, never ignored.
         unwrap(decideResourceParameter('device_code', all(params, 'resource')));
@@ -49,7 +58,7 @@ export function deviceAuthorizationRoutes(ctx: AppContext, store: DeviceCodeStor
         if (requestedScope === undefined) throw new OAuthError('invalid_scope', 'scope is malformed');
         const scope = unwrap(decideRequestedScope(requestedScope, client.scopes));
 
-        const now = ctx.now();
+        const now = deps.now();
         const deviceCode = newSecret();
         const userCode = await storeNewAuthorization({
           deviceCodeDigest: deviceCode.digest,
@@ -65,8 +74,8 @@ export function deviceAuthorizationRoutes(ctx: AppContext, store: DeviceCodeStor
           body: {
             device_code: deviceCode.value,
             user_code: shown,
-            verification_uri: `${ctx.issuer}/device`,
-            verification_uri_complete: `${ctx.issuer}/device?user_code=${shown}`,
+            verification_uri: `${deps.issuer}/device`,
+            verification_uri_complete: `${deps.issuer}/device?user_code=${shown}`,
             expires_in: Math.floor(DEVICE_CODE_LIFETIME_MS / 1000),
             interval: POLL_INTERVAL_SECONDS,
           },

@@ -4,10 +4,15 @@
  * `invalid_dpop_proof`; no proof, header or key material ever reaches a log line (log.ts redacts the header).
  */
 import type { FastifyRequest } from 'fastify';
-import type { AppContext } from '../context.js';
 import { dpopHeaderOf, verifyDpopProof, type DpopProof } from '../crypto/dpop.js';
 import { OAuthError } from '../policy/oauth-error.js';
 import type { ReplayStore } from '../store/types.js';
+
+/** What checking a proof uses: the issuer (the URL a proof names is its origin and the path) and the clock. */
+export interface DpopRequestDeps {
+  readonly issuer: string;
+  readonly now: () => number;
+}
 
 export const invalidProof = (description: string, status = 400): OAuthError => new OAuthError('invalid_dpop_proof', description, status);
 
@@ -18,12 +23,12 @@ const originOf = (issuer: string): string => new URL(issuer).origin;
  * The verified proof the request carries, undefined when it carries none; throws invalid_dpop_proof for a refused
  * one. `accessToken` is the token the proof must name (ath) at a protected resource. The jti is not recorded here.
  */
-export async function proofOf(ctx: AppContext, request: FastifyRequest, accessToken?: string, status = 400): Promise<DpopProof | undefined> {
+export async function proofOf(deps: DpopRequestDeps, request: FastifyRequest, accessToken?: string, status = 400): Promise<DpopProof | undefined> {
   const header = dpopHeaderOf(request.raw.rawHeaders);
   if ('error' in header) throw invalidProof(header.error, status);
   if (header.value === undefined) return undefined;
-  const url = `${originOf(ctx.issuer)}${request.url.split('?')[0] ?? ''}`;
-  const check = await verifyDpopProof(header.value, { method: request.method, url, now: ctx.now(), ...(accessToken !== undefined && { accessToken }) });
+  const url = `${originOf(deps.issuer)}${request.url.split('?')[0] ?? ''}`;
+  const check = await verifyDpopProof(header.value, { method: request.method, url, now: deps.now(), ...(accessToken !== undefined && { accessToken }) });
   if (!check.ok) throw invalidProof(check.reason, status);
   return check.proof;
 }

@@ -1,15 +1,22 @@
 /** The common front of the form-posting OAuth endpoints (/token, /device_authorization). */
 import type { FastifyReply, FastifyRequest } from 'fastify';
-import type { AppContext } from '../context.js';
 import { OAuthError } from '../policy/oauth-error.js';
-import { countFailure, tooManyFailures } from '../http/failure-limit.js';
+import { countFailure, tooManyFailures, type FailureLimits } from '../http/failure-limit.js';
 import { checkLimits, EMPTY_PARAMS, repeatedParameter, type Params } from '../http/params.js';
 import { sendJsonError, toOAuthError } from '../http/render-error.js';
+import type { FixedWindowLimiter } from '../http/rate-limit.js';
 import { readClientCredentials, type PresentedCredentials } from '../clients/authentication.js';
+
+/** What the front of a form endpoint uses: the failure counter every endpoint shares (DESIGN.md §7), its limits, the clock. */
+export interface FormEndpointDeps {
+  readonly failures: FixedWindowLimiter;
+  readonly limits: FailureLimits;
+  readonly now: () => number;
+}
 
 /** Content type, limits, repeats and rate limits, then `handle`; every error rendered as JSON in one place. */
 export async function handleFormEndpoint(
-  ctx: AppContext,
+  deps: FormEndpointDeps,
   request: FastifyRequest,
   reply: FastifyReply,
   handle: (params: Params, presented: PresentedCredentials) => Promise<{ status?: number; body: unknown }>,
@@ -19,7 +26,7 @@ export async function handleFormEndpoint(
   const clientId = presented.claimedClientId;
   request.clientId = clientId;
   try {
-    const limited = tooManyFailures(ctx.failures, ctx.limits, request.ip, clientId, ctx.now());
+    const limited = tooManyFailures(deps.failures, deps.limits, request.ip, clientId, deps.now());
     if (limited !== undefined) throw limited;
     if (request.headers['content-type'] === undefined && request.body === undefined) {
       throw new OAuthError('invalid_request', 'the body must be application/x-www-form-urlencoded', 415);
@@ -36,7 +43,7 @@ export async function handleFormEndpoint(
     const oauthError = toOAuthError(error, request);
     // RFC 8628 §3.5: authorization_pending and slow_down are how polling waits, not failed requests.
     if (oauthError.code !== 'authorization_pending' && oauthError.code !== 'slow_down') {
-      countFailure(ctx.failures, request.ip, clientId, oauthError.status, ctx.now());
+      countFailure(deps.failures, request.ip, clientId, oauthError.status, deps.now());
     }
     return sendJsonError(reply, oauthError);
   }

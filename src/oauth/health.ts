@@ -2,7 +2,13 @@
 import type { FastifyPluginAsync } from 'fastify';
 import type { Store } from '../store/types.js';
 
-export function healthRoutes(store: Pick<Store, 'ping'>): FastifyPluginAsync {
+/** What the health routes use, wired by buildApp. */
+export interface HealthRouteDeps {
+  readonly store: Pick<Store, 'ping'>;
+}
+
+export function healthRoutes(deps: HealthRouteDeps): FastifyPluginAsync {
+  const { store } = deps;
   return async (app) => {
     app.get('/healthz', async (_request, reply) => reply.header('Cache-Control', 'no-store').send({ status: 'ok' }));
     app.get('/readyz', async (request, reply) => {

@@ -7,32 +7,53 @@
  */
 import type { FastifyPluginAsync } from 'fastify';
 import type { JWTPayload } from 'jose';
-import type { AppContext } from '../context.js';
+import type { ClientDirectory } from '../clients/directory.js';
+import type { ResourceServerRecord } from '../config/types.js';
+import type { VerifiedAccessTokens } from '../crypto/jwt.js';
+import type { SigningKeys } from '../crypto/keys.js';
 import { refreshTokenKey } from '../crypto/refresh-token.js';
 import { single } from '../http/params.js';
 import { invalidRequest } from '../policy/oauth-error.js';
 import { audienceClaim, grantAudience } from '../policy/resource.js';
-import type { GrantStore, RefreshTokenStore, ReplayStore, RevokedTokenStore } from '../store/types.js';
+import type { RefreshTokenStore, ReplayStore } from '../store/types.js';
 import { assertionVerifier, authenticateIntrospectionCaller, claimedClient, type IntrospectionCaller } from '../clients/authentication.js';
-import { handleFormEndpoint } from './form-endpoint.js';
-import { accessTokenStands } from '../tokens/access-token-state.js';
+import { handleFormEndpoint, type FormEndpointDeps } from './form-endpoint.js';
+import { accessTokenStands, type AccessTokenStateSources } from '../tokens/access-token-state.js';
 import { epochSeconds } from '../tokens/claims.js';
 
-export type IntrospectionStores = GrantStore & RefreshTokenStore & RevokedTokenStore & ReplayStore;
+/** The state /introspect reads itself; an access token's grant and revocation it reads through tokenState. */
+export type IntrospectionStores = RefreshTokenStore & ReplayStore;
 
 const INACTIVE = Object.freeze({ active: false });
 
 /** A compact JWS has two dots; our refresh tokens have one. */
 const looksLikeJwt = (token: string): boolean => token.split('.').length === 3;
 
-export function introspectionRoutes(ctx: AppContext, store: IntrospectionStores): FastifyPluginAsync {
-  const verified = ctx.verifiedAccessTokens;
-  const verifyAssertion = assertionVerifier(ctx, store, '/introspect');
+/** What /introspect uses, wired by buildApp. */
+export interface IntrospectionRouteDeps extends FormEndpointDeps {
+  readonly store: IntrospectionStores;
+  /** Clients by client_id, and the keys a private_key_jwt client's assertion is checked with (DESIGN.md §13). */
+  readonly clients: Pick<ClientDirectory, 'find' | 'assertionKeysOf'>;
+  /** The configured resource servers, by label: they introspect with their secret (DESIGN.md §8). */
+  readonly resourceServers: ReadonlyMap<string, ResourceServerRecord>;
+  readonly issuer: string;
+  /** The keys in use now, read at each use: keys rotate while the server runs. */
+  readonly keys: () => SigningKeys;
+  readonly verifiedAccessTokens: VerifiedAccessTokens;
+  readonly tokenState: AccessTokenStateSources;
+  /** Whether a grant's subject is still a user, or comes from a configured upstream (DESIGN.md §6). */
+  readonly isKnownSubject: (subject: string) => boolean;
+}
+
+export function introspectionRoutes(deps: IntrospectionRouteDeps): FastifyPluginAsync {
+  const { store } = deps;
+  const verified = deps.verifiedAccessTokens;
+  const verifyAssertion = assertionVerifier(deps, store, '/introspect');
 
   async function accessToken(caller: IntrospectionCaller, token: string): Promise<Record<string, unknown>> {
     let payload: JWTPayload;
     try {
-      payload = await verified.verify(ctx.keys, token, ctx.issuer, ctx.now());
+      payload = await verified.verify(deps.keys(), token, deps.issuer, deps.now());
     } catch {
       return INACTIVE;
     }
@@ -42,7 +63,7 @@ export function introspectionRoutes(ctx: AppContext, store: IntrospectionStores)
     const allowed = caller.kind === 'resource_server' ? audience.includes(caller.label) : clientId === caller.client.clientId;
     if (!allowed) return INACTIVE;
     const { act, cnf } = payload as JWTPayload & { cnf?: unknown };
-    if (!(await accessTokenStands(ctx.tokenState, { jti, clientId, exchanged: act !== undefined }))) return INACTIVE;
+    if (!(await accessTokenStands(deps.tokenState, { jti, clientId, exchanged: act !== undefined }))) return INACTIVE;
     // RFC 9449 §6.2: a DPoP-bound token says which key it is bound to.
     const tokenType = cnf === undefined ? 'Bearer' : 'DPoP';
     const answer = { active: true, scope: payload.scope, client_id: clientId, sub, aud, iss: payload.iss, exp: payload.exp, iat: payload.iat, jti, token_type: tokenType, token_use: 'access_token', ...(cnf !== undefined && { cnf }) };
@@ -55,8 +76,8 @@ export function introspectionRoutes(ctx: AppContext, store: IntrospectionStores)
     if (caller.kind !== 'client') return INACTIVE;
     const key = refreshTokenKey(token);
     if (key === undefined) return INACTIVE;
-    const lookup = await store.findRefreshToken(key.grantId, key.digest, ctx.now());
-    if (lookup.status !== 'active' || lookup.grant.clientId !== caller.client.clientId || !ctx.isKnownSubject(lookup.grant.subject)) return INACTIVE;
+    const lookup = await store.findRefreshToken(key.grantId, key.digest, deps.now());
+    if (lookup.status !== 'active' || lookup.grant.clientId !== caller.client.clientId || !deps.isKnownSubject(lookup.grant.subject)) return INACTIVE;
     const { grant, token: record } = lookup;
     return {
       active: true,
@@ -64,8 +85,8 @@ export function introspectionRoutes(ctx: AppContext, store: IntrospectionStores)
       client_id: grant.clientId,
       sub: grant.subject,
       // What an access token of this grant names when no resource is asked (DESIGN.md §8, §5 provider scopes included).
-      aud: audienceClaim(grantAudience({ client: caller.client, issuer: ctx.issuer, scope: grant.scope, resources: grant.resources })),
-      iss: ctx.issuer,
+      aud: audienceClaim(grantAudience({ client: caller.client, issuer: deps.issuer, scope: grant.scope, resources: grant.resources })),
+      iss: deps.issuer,
       exp: epochSeconds(record.expiresAt),
       iat: epochSeconds(record.issuedAt),
       jti: record.digest.slice(0, 32),
@@ -75,8 +96,8 @@ export function introspectionRoutes(ctx: AppContext, store: IntrospectionStores)
 
   return async (app) => {
     app.post('/introspect', async (request, reply) =>
-      handleFormEndpoint(ctx, request, reply, async (params, presented) => {
-        const caller = await authenticateIntrospectionCaller(presented, await claimedClient(ctx.clients, presented), ctx.config.resourceServers, verifyAssertion);
+      handleFormEndpoint(deps, request, reply, async (params, presented) => {
+        const caller = await authenticateIntrospectionCaller(presented, await claimedClient(deps.clients, presented), deps.resourceServers, verifyAssertion);
         request.clientId = caller.kind === 'client' ? caller.client.clientId : caller.label;
         const token = single(params, 'token');
         if (token === undefined) throw invalidRequest('token is required');

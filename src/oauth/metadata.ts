@@ -1,8 +1,9 @@
 /** Authorization server metadata (RFC 8414, OIDC Discovery) and the JWK Set. */
 import type { FastifyInstance, FastifyPluginAsync } from 'fastify';
-import type { AppContext } from '../context.js';
+import type { ClientRecord, DynamicClientsConfig } from '../config/types.js';
 import { DPOP_ALGS } from '../crypto/dpop.js';
 import { ASYMMETRIC_ALGS } from '../crypto/jwk-set.js';
+import type { SigningKeys } from '../crypto/keys.js';
 import { DEVICE_CODE_GRANT, TOKEN_EXCHANGE_GRANT } from '../policy/grant-eligibility.js';
 
 export const SUPPORTED_GRANT_TYPES = ['authorization_code', 'refresh_token', 'client_credentials', DEVICE_CODE_GRANT, TOKEN_EXCHANGE_GRANT] as const;
@@ -10,15 +11,35 @@ export const SUPPORTED_GRANT_TYPES = ['authorization_code', 'refresh_token', 'cl
 /** Client authentication at /token, /revoke, /introspect and /par (DESIGN.md §4, §13). */
 const AUTH_METHODS = ['client_secret_basic', 'client_secret_post', 'none', 'private_key_jwt'];
 
+/** What the metadata document is made of: the issuer and what the clients may ask. */
+export interface MetadataDocumentDeps {
+  readonly issuer: string;
+  readonly configuredClients: ReadonlyMap<string, ClientRecord>;
+  readonly dynamicClients?: DynamicClientsConfig;
+}
+
+/** What the metadata and /jwks routes under the issuer's path use, wired by buildApp. */
+export interface MetadataRouteDeps extends MetadataDocumentDeps {
+  /** The keys in use now, read at each use: keys rotate while the server runs. */
+  readonly keys: () => SigningKeys;
+  /** How long JWKS caches may keep /jwks (fits the key timing: a new key is published before it signs). */
+  readonly jwksMaxAgeSeconds: number;
+}
+
+/** What the copies of the metadata at the root use, wired by buildApp. */
+export interface WellKnownAtRootDeps extends MetadataDocumentDeps {
+  readonly basePath: string;
+}
+
 /** Lists exactly what is implemented; grows as endpoints land. */
-export function serverMetadata(ctx: AppContext): Record<string, unknown> {
-  const issuer = ctx.issuer;
+export function serverMetadata(deps: MetadataDocumentDeps): Record<string, unknown> {
+  const issuer = deps.issuer;
   const scopes = new Set<string>(['openid']);
-  for (const client of ctx.config.clients.values()) for (const scope of client.scopes) scopes.add(scope);
-  const dynamic = ctx.config.dynamicClients;
+  for (const client of deps.configuredClients.values()) for (const scope of client.scopes) scopes.add(scope);
+  const dynamic = deps.dynamicClients;
   for (const scope of dynamic?.scopes ?? []) scopes.add(scope);
   // DESIGN.md §9: offline_access is accepted from clients that refresh, so hosts that add it are not refused.
-  const refreshes = [...ctx.config.clients.values()].some((client) => client.refreshLifetimeMs !== undefined) || dynamic?.refreshLifetimeMs !== undefined;
+  const refreshes = [...deps.configuredClients.values()].some((client) => client.refreshLifetimeMs !== undefined) || dynamic?.refreshLifetimeMs !== undefined;
   if (refreshes) scopes.add('offline_access');
   const grantTypes: string[] = [...SUPPORTED_GRANT_TYPES];
   const metadata: Record<string, unknown> = {
@@ -60,28 +81,28 @@ export function serverMetadata(ctx: AppContext): Record<string, unknown> {
   return metadata;
 }
 
-function sendMetadata(app: FastifyInstance, path: string, ctx: AppContext): void {
+function sendMetadata(app: FastifyInstance, path: string, deps: MetadataDocumentDeps): void {
   app.get(path, async (_request, reply) =>
-    reply.header('Cache-Control', 'public, max-age=300').send(serverMetadata(ctx)),
+    reply.header('Cache-Control', 'public, max-age=300').send(serverMetadata(deps)),
   );
 }
 
-export function metadataRoutes(ctx: AppContext): FastifyPluginAsync {
+export function metadataRoutes(deps: MetadataRouteDeps): FastifyPluginAsync {
   return async (app) => {
-    sendMetadata(app, '/.well-known/openid-configuration', ctx);
-    sendMetadata(app, '/.well-known/oauth-authorization-server', ctx);
+    sendMetadata(app, '/.well-known/openid-configuration', deps);
+    sendMetadata(app, '/.well-known/oauth-authorization-server', deps);
     app.get('/jwks', async (_request, reply) =>
       // A JWKS cache must see a new key before it signs (crypto/keys.ts KeyTiming).
-      reply.header('Cache-Control', `public, max-age=${ctx.jwksMaxAgeSeconds}`).header('Content-Type', 'application/jwk-set+json').send(ctx.keys.jwks),
+      reply.header('Cache-Control', `public, max-age=${deps.jwksMaxAgeSeconds}`).header('Content-Type', 'application/jwk-set+json').send(deps.keys().jwks),
     );
   };
 }
 
 /** RFC 8414 §3.1: with a path in the issuer, metadata also lives at /.well-known/...{path}. */
-export function wellKnownAtRoot(ctx: AppContext): FastifyPluginAsync {
+export function wellKnownAtRoot(deps: WellKnownAtRootDeps): FastifyPluginAsync {
   return async (app) => {
-    if (ctx.config.basePath === '') return;
-    sendMetadata(app, `/.well-known/oauth-authorization-server${ctx.config.basePath}`, ctx);
-    sendMetadata(app, `/.well-known/openid-configuration${ctx.config.basePath}`, ctx);
+    if (deps.basePath === '') return;
+    sendMetadata(app, `/.well-known/oauth-authorization-server${deps.basePath}`, deps);
+    sendMetadata(app, `/.well-known/openid-configuration${deps.basePath}`, deps);
   };
 }

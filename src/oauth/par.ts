@@ -4,7 +4,7 @@
  * validation /authorize runs, its refusals answered as JSON.
  */
 import type { FastifyPluginAsync } from 'fastify';
-import type { AppContext } from '../context.js';
+import type { ClientDirectory } from '../clients/directory.js';
 import { newSecret } from '../crypto/random.js';
 import { digestOf } from '../crypto/digest.js';
 import { countAgainstAddress } from '../http/failure-limit.js';
@@ -13,7 +13,7 @@ import { OAuthError } from '../policy/oauth-error.js';
 import type { PushedRequestRecord, PushedRequestStore, ReplayStore } from '../store/types.js';
 import { validateAuthorizationRequest } from './authorization-request.js';
 import { assertionVerifier, authenticateClient, claimedClient } from '../clients/authentication.js';
-import { handleFormEndpoint } from './form-endpoint.js';
+import { handleFormEndpoint, type FormEndpointDeps } from './form-endpoint.js';
 
 /** RFC 9126 §2.2: the request_uri is this URN and a random value. */
 export const REQUEST_URI_PREFIX = 'urn:ietf:params:oauth:request_uri:';
@@ -38,26 +38,35 @@ function authorizationParameters(params: Params, clientId: string): Params {
   return kept;
 }
 
-export function parRoutes(ctx: AppContext, store: PushedRequestStore & ReplayStore): FastifyPluginAsync {
-  const verifyAssertion = assertionVerifier(ctx, store, '/par');
+/** What /par uses, wired by buildApp. */
+export interface ParRouteDeps extends FormEndpointDeps {
+  readonly store: PushedRequestStore & ReplayStore;
+  /** Clients by client_id, and the keys a private_key_jwt client's assertion is checked with (DESIGN.md §13). */
+  readonly clients: Pick<ClientDirectory, 'find' | 'assertionKeysOf'>;
+  readonly issuer: string;
+}
+
+export function parRoutes(deps: ParRouteDeps): FastifyPluginAsync {
+  const { store } = deps;
+  const verifyAssertion = assertionVerifier(deps, store, '/par');
   return async (app) => {
     app.post('/par', async (request, reply) =>
-      handleFormEndpoint(ctx, request, reply, async (params, presented) => {
-        const client = await authenticateClient(presented, await claimedClient(ctx.clients, presented), verifyAssertion);
+      handleFormEndpoint(deps, request, reply, async (params, presented) => {
+        const client = await authenticateClient(presented, await claimedClient(deps.clients, presented), verifyAssertion);
         request.clientId = client.clientId;
         const pushed = authorizationParameters(params, client.clientId);
-        const validation = validateAuthorizationRequest(pushed, { found: true, client }, ctx.issuer, 'par');
+        const validation = validateAuthorizationRequest(pushed, { found: true, client }, deps.issuer, 'par');
         // One validation, two renderings: what /authorize shows on a page or sends back to the client is JSON here.
         if (!validation.ok) {
           const error = 'page' in validation ? validation.page : validation.redirect.error;
           throw new OAuthError(error.code, error.description, 400);
         }
-        const now = ctx.now();
+        const now = deps.now();
         const secret = newSecret();
         const record: PushedRequestRecord = { digest: secret.digest, clientId: client.clientId, parameters: [...pushed], expiresAt: now + PUSHED_REQUEST_LIFETIME_MS };
         await store.savePushedRequest(record);
         // Each push is kept on the server: it counts against the address like a login request (DESIGN.md §4).
-        countAgainstAddress(ctx.failures, request.ip, now);
+        countAgainstAddress(deps.failures, request.ip, now);
         return { status: 201, body: { request_uri: `${REQUEST_URI_PREFIX}${secret.value}`, expires_in: PUSHED_REQUEST_LIFETIME_MS / 1000 } };
       }),
     );

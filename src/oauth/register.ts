@@ -6,17 +6,28 @@
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import { z } from 'zod';
 import type { DynamicClientsConfig } from '../config/types.js';
-import type { AppContext } from '../context.js';
 import { digestOf, matchesDigest, sha256 } from '../crypto/digest.js';
 import { randomText } from '../crypto/random.js';
 import { newRegisteredClientId } from '../clients/directory.js';
-import { countAgainstAddress, tooManyFailures } from '../http/failure-limit.js';
+import { countAgainstAddress, tooManyFailures, type FailureLimits } from '../http/failure-limit.js';
+import type { FixedWindowLimiter } from '../http/rate-limit.js';
 import { sendJsonError } from '../http/render-error.js';
 import { bounded } from '../log.js';
 import { OAuthError } from '../policy/oauth-error.js';
 import { dynamicRedirectUriProblem } from '../policy/redirect-uri.js';
 import { parseScope } from '../policy/scope.js';
 import type { RegisteredClientMetadata, RegisteredClientStore } from '../store/types.js';
+
+/** What /register uses, wired by buildApp. */
+export interface RegistrationRouteDeps {
+  readonly store: RegisteredClientStore;
+  /** The `dynamic_clients` block: without it, or with registration "off", there is no /register. */
+  readonly dynamicClients?: DynamicClientsConfig;
+  readonly now: () => number;
+  /** The per-address failure counter every endpoint shares, and its limits (DESIGN.md §7). */
+  readonly failures: FixedWindowLimiter;
+  readonly limits: FailureLimits;
+}
 
 /** DESIGN.md §9: a registration nobody uses is removed after 24 h. */
 export const UNUSED_REGISTRATION_MS = 24 * 3_600_000;
@@ -97,61 +108,79 @@ function pathOfNul(body: object): string | undefined {
   return undefined;
 }
 
-export function registrationRoutes(ctx: AppContext, store: RegisteredClientStore): FastifyPluginAsync {
-  const dynamic = ctx.config.dynamicClients;
-  const expectedToken = dynamic?.registrationToken === undefined ? undefined : sha256(dynamic.registrationToken);
+/** The registration settings, with the SHA-256 of the initial access token when there is one. */
+interface Registration extends DynamicClientsConfig {
+  readonly expectedToken?: Buffer;
+}
 
-  function tokenAccepted(request: FastifyRequest): boolean {
-    if (expectedToken === undefined) return true;
-    const match = /^Bearer ([\x21-\x7E]+)$/i.exec(request.headers.authorization ?? '');
-    return match !== null && matchesDigest(match[1] as string, expectedToken);
-  }
+/** RFC 6750 §2.1: whether the request carries the initial access token, when registration needs one (DESIGN.md §9). */
+function tokenAccepted(expectedToken: Buffer | undefined, request: FastifyRequest): boolean {
+  if (expectedToken === undefined) return true;
+  const match = /^Bearer ([\x21-\x7E]+)$/i.exec(request.headers.authorization ?? '');
+  return match !== null && matchesDigest(match[1] as string, expectedToken);
+}
 
-  async function register(request: FastifyRequest, reply: FastifyReply, settings: DynamicClientsConfig): Promise<FastifyReply> {
-    const now = ctx.now();
-    const limited = tooManyFailures(ctx.failures, ctx.limits, request.ip, undefined, now);
-    if (limited !== undefined) return sendJsonError(reply, limited);
-    countAgainstAddress(ctx.failures, request.ip, now);
-    if (settings.registration === 'token' && !tokenAccepted(request)) {
-      request.outcome = 'invalid_token';
-      return reply
-        .code(401)
-        .header('WWW-Authenticate', 'Bearer error="invalid_token", error_description="registration needs the initial access token"')
-        .header('Cache-Control', 'no-store')
-        .send({ error: 'invalid_token', error_description: 'registration needs the initial access token' });
-    }
-    let metadata: RegisteredClientMetadata;
-    try {
-      metadata = validateRegistration(request.body, settings);
-    } catch (error) {
-      if (error instanceof OAuthError) return sendJsonError(reply, error);
-      throw error;
-    }
-    const clientId = newRegisteredClientId();
-    const secret = metadata.token_endpoint_auth_method === 'none' ? undefined : randomText(32);
-    await store.saveRegisteredClient({
-      clientId,
-      ...(secret !== undefined && { secretDigest: digestOf(secret) }),
-      metadata,
-      createdAt: now,
-      expiresAt: now + UNUSED_REGISTRATION_MS,
-    });
-    request.clientId = clientId;
-    request.outcome = 'ok';
-    request.log.info({ audit: true, event: 'registration', client_id: clientId, client_name: bounded(metadata.client_name), address: request.ip }, 'client registered');
+/** The answer to a registration refused before its body is read (too many failures, no initial access token); undefined when it may go on. */
+function refusedUpFront(deps: RegistrationRouteDeps, request: FastifyRequest, reply: FastifyReply, settings: Registration, now: number): FastifyReply | undefined {
+  const limited = tooManyFailures(deps.failures, deps.limits, request.ip, undefined, now);
+  if (limited !== undefined) return sendJsonError(reply, limited);
+  countAgainstAddress(deps.failures, request.ip, now);
+  if (settings.registration === 'token' && !tokenAccepted(settings.expectedToken, request)) {
+    request.outcome = 'invalid_token';
     return reply
-      .code(201)
+      .code(401)
+      .header('WWW-Authenticate', 'Bearer error="invalid_token", error_description="registration needs the initial access token"')
       .header('Cache-Control', 'no-store')
-      .send({
-        ...metadata,
-        client_id: clientId,
-        client_id_issued_at: Math.floor(now / 1000),
-        ...(secret !== undefined && { client_secret: secret, client_secret_expires_at: 0 }),
-      });
+      .send({ error: 'invalid_token', error_description: 'registration needs the initial access token' });
   }
+  return undefined;
+}
 
+/** Keeps the new client in the store: its id, and its secret when it authenticates with one (answered once, kept as a digest). */
+async function saveClient(store: RegisteredClientStore, metadata: RegisteredClientMetadata, now: number): Promise<{ clientId: string; secret?: string }> {
+  const clientId = newRegisteredClientId();
+  const secret = metadata.token_endpoint_auth_method === 'none' ? undefined : randomText(32);
+  await store.saveRegisteredClient({
+    clientId,
+    ...(secret !== undefined && { secretDigest: digestOf(secret) }),
+    metadata,
+    createdAt: now,
+    expiresAt: now + UNUSED_REGISTRATION_MS,
+  });
+  return { clientId, ...(secret !== undefined && { secret }) };
+}
+
+async function register(deps: RegistrationRouteDeps, request: FastifyRequest, reply: FastifyReply, settings: Registration): Promise<FastifyReply> {
+  const now = deps.now();
+  const refused = refusedUpFront(deps, request, reply, settings, now);
+  if (refused !== undefined) return refused;
+  let metadata: RegisteredClientMetadata;
+  try {
+    metadata = validateRegistration(request.body, settings);
+  } catch (error) {
+    if (error instanceof OAuthError) return sendJsonError(reply, error);
+    throw error;
+  }
+  const { clientId, secret } = await saveClient(deps.store, metadata, now);
+  request.clientId = clientId;
+  request.outcome = 'ok';
+  request.log.info({ audit: true, event: 'registration', client_id: clientId, client_name: bounded(metadata.client_name), address: request.ip }, 'client registered');
+  return reply
+    .code(201)
+    .header('Cache-Control', 'no-store')
+    .send({
+      ...metadata,
+      client_id: clientId,
+      client_id_issued_at: Math.floor(now / 1000),
+      ...(secret !== undefined && { client_secret: secret, client_secret_expires_at: 0 }),
+    });
+}
+
+export function registrationRoutes(deps: RegistrationRouteDeps): FastifyPluginAsync {
+  const dynamic = deps.dynamicClients;
   return async (app) => {
     if (dynamic === undefined || dynamic.registration === 'off') return;
+    const settings: Registration = { ...dynamic, ...(dynamic.registrationToken !== undefined && { expectedToken: sha256(dynamic.registrationToken) }) };
     // RFC 7591 §3: the one JSON endpoint. Its parsers are scoped to this plugin: JSON, and a refusal for anything else.
     app.removeAllContentTypeParsers();
     app.addContentTypeParser('application/json', { parseAs: 'string', bodyLimit: BODY_LIMIT }, (_request, body, done) => {
@@ -165,6 +194,6 @@ export function registrationRoutes(ctx: AppContext, store: RegisteredClientStore
       done(new OAuthError('invalid_client_metadata', 'the body must be application/json', 415), undefined);
     });
     // The route's own limit, so the 413 states it (http/render-error.ts reads it back).
-    app.post('/register', { bodyLimit: BODY_LIMIT }, async (request, reply) => register(request, reply, dynamic));
+    app.post('/register', { bodyLimit: BODY_LIMIT }, async (request, reply) => register(deps, request, reply, settings));
   };
 }

@@ -5,25 +5,37 @@
  * expired, malformed) answers 200 and changes nothing (RFC 7009 §2.2).
  */
 import type { FastifyPluginAsync } from 'fastify';
-import type { AppContext } from '../context.js';
+import type { ClientDirectory } from '../clients/directory.js';
 import { verifyAccessToken } from '../crypto/jwt.js';
+import type { SigningKeys } from '../crypto/keys.js';
 import { refreshTokenKey } from '../crypto/refresh-token.js';
 import { single } from '../http/params.js';
 import { invalidRequest } from '../policy/oauth-error.js';
 import type { GrantStore, RefreshTokenStore, ReplayStore, RevokedTokenStore } from '../store/types.js';
 import { assertionVerifier, authenticateClient, claimedClient } from '../clients/authentication.js';
-import { handleFormEndpoint } from './form-endpoint.js';
+import { handleFormEndpoint, type FormEndpointDeps } from './form-endpoint.js';
 import { grantIdOfJti } from '../tokens/claims.js';
 
 export type RevocationStores = GrantStore & RefreshTokenStore & RevokedTokenStore & ReplayStore;
 
-export function revocationRoutes(ctx: AppContext, store: RevocationStores): FastifyPluginAsync {
+/** What /revoke uses, wired by buildApp. */
+export interface RevocationRouteDeps extends FormEndpointDeps {
+  readonly store: RevocationStores;
+  /** Clients by client_id, and the keys a private_key_jwt client's assertion is checked with (DESIGN.md §13). */
+  readonly clients: Pick<ClientDirectory, 'find' | 'assertionKeysOf'>;
+  readonly issuer: string;
+  /** The keys in use now, read at each use: keys rotate while the server runs. */
+  readonly keys: () => SigningKeys;
+}
+
+export function revocationRoutes(deps: RevocationRouteDeps): FastifyPluginAsync {
+  const { store } = deps;
   /** The grant (or, without one, the jti) a token of `clientId` names; undefined when it is not such a token. */
   async function whatToRevoke(clientId: string, token: string): Promise<{ grantId: string } | { jti: string; expiresAt: number } | undefined> {
     if (token.split('.').length === 3) {
       let payload;
       try {
-        payload = await verifyAccessToken(ctx.keys, token, ctx.issuer, ctx.now());
+        payload = await verifyAccessToken(deps.keys(), token, deps.issuer, deps.now());
       } catch {
         return undefined;
       }
@@ -34,18 +46,18 @@ export function revocationRoutes(ctx: AppContext, store: RevocationStores): Fast
     }
     const key = refreshTokenKey(token);
     if (key === undefined) return undefined;
-    const lookup = await store.findRefreshToken(key.grantId, key.digest, ctx.now());
+    const lookup = await store.findRefreshToken(key.grantId, key.digest, deps.now());
     if (lookup.status === 'active' && lookup.grant.clientId === clientId) return { grantId: lookup.grant.id };
     // A rotated token of this client names its grant too: revoking it ends the chain (RFC 7009 §2.1).
     if (lookup.status === 'rotated' && lookup.clientId === clientId) return { grantId: lookup.grantId };
     return undefined;
   }
 
-  const verifyAssertion = assertionVerifier(ctx, store, '/revoke');
+  const verifyAssertion = assertionVerifier(deps, store, '/revoke');
   return async (app) => {
     app.post('/revoke', async (request, reply) =>
-      handleFormEndpoint(ctx, request, reply, async (params, presented) => {
-        const client = await authenticateClient(presented, await claimedClient(ctx.clients, presented), verifyAssertion);
+      handleFormEndpoint(deps, request, reply, async (params, presented) => {
+        const client = await authenticateClient(presented, await claimedClient(deps.clients, presented), verifyAssertion);
         const token = single(params, 'token');
         if (token === undefined) throw invalidRequest('token is required');
         const target = await whatToRevoke(client.clientId, token);

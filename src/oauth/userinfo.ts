@@ -4,20 +4,43 @@
  */
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import type { JWTPayload } from 'jose';
-import type { AppContext } from '../context.js';
+import type { ClientDirectory } from '../clients/directory.js';
+import type { ClientRecord, UserRecord } from '../config/types.js';
 import { DPOP_ALGS, type DpopProof } from '../crypto/dpop.js';
 import { OAuthError } from '../policy/oauth-error.js';
 import { isAddressedToProvider, type Audience } from '../policy/resource.js';
 import { verifyAccessToken } from '../crypto/jwt.js';
-import type { GrantStore, ReplayStore, RevokedTokenStore, SubjectClaims, SubjectClaimsStore } from '../store/types.js';
-import { accessTokenStands } from '../tokens/access-token-state.js';
+import type { SigningKeys } from '../crypto/keys.js';
+import type { ReplayStore, SubjectClaims, SubjectClaimsStore } from '../store/types.js';
+import { accessTokenStands, type AccessTokenStateSources } from '../tokens/access-token-state.js';
 import { releasedClaims } from '../tokens/claims.js';
 import { proofOf, useProofOnce } from './dpop-request.js';
 
 type Scheme = 'Bearer' | 'DPoP';
 
+/** What /userinfo uses, wired by buildApp. */
+export interface UserinfoRouteDeps {
+  /** Claims of upstream subjects, and the DPoP proofs used (grants and revocations are read through tokenState). */
+  readonly store: SubjectClaimsStore & ReplayStore;
+  /** Local users, whose claims come from the config. */
+  readonly users: ReadonlyMap<string, UserRecord>;
+  readonly clients: Pick<ClientDirectory, 'find'>;
+  readonly issuer: string;
+  /** The keys in use now, read at each use: keys rotate while the server runs. */
+  readonly keys: () => SigningKeys;
+  readonly now: () => number;
+  readonly tokenState: AccessTokenStateSources;
+}
+
+/** Why a request gets no claims: the error, its description, and the scheme whose challenge answers it. */
+interface Refusal {
+  readonly error: 'invalid_token' | 'invalid_request' | 'invalid_dpop_proof';
+  readonly description: string;
+  readonly scheme: Scheme;
+}
+
 /** RFC 6750 §3, RFC 9449 §7.1: the challenge of the scheme the token came with says why. */
-function refuse(request: FastifyRequest, reply: FastifyReply, error: 'invalid_token' | 'invalid_request' | 'invalid_dpop_proof', description: string, scheme: Scheme = 'Bearer'): FastifyReply {
+function refuse(request: FastifyRequest, reply: FastifyReply, { error, description, scheme }: Refusal): FastifyReply {
   request.outcome = error;
   const algs = scheme === 'DPoP' ? `, algs="${DPOP_ALGS.join(' ')}"` : '';
   return reply
@@ -34,76 +57,99 @@ function boundKeyOf(payload: JWTPayload): string | undefined {
   return typeof cnf?.jkt === 'string' ? cnf.jkt : undefined;
 }
 
-export function userinfoRoutes(ctx: AppContext, store: SubjectClaimsStore & GrantStore & RevokedTokenStore & ReplayStore): FastifyPluginAsync {
-  async function claimsOf(subject: string): Promise<SubjectClaims> {
-    const user = ctx.config.users.get(subject);
-    if (user !== undefined) return { email: user.email, name: user.name };
-    return (await store.findSubjectClaims(subject, ctx.now())) ?? {};
-  }
+/** RFC 6750 §2.1, RFC 9449 §7.1: the access token of the Authorization header and the scheme it came with. */
+function presentedToken(header: string | undefined): { scheme: Scheme; token: string } | undefined {
+  const match = header === undefined ? null : /^(Bearer|DPoP) ([A-Za-z0-9._~+/-]+=*)$/i.exec(header.trim());
+  if (match === null) return undefined;
+  return { scheme: (match[1] as string).toLowerCase() === 'dpop' ? 'DPoP' : 'Bearer', token: match[2] as string };
+}
 
-  async function handle(request: FastifyRequest, reply: FastifyReply): Promise<FastifyReply> {
-    const header = request.headers.authorization;
-    const match = header === undefined ? null : /^(Bearer|DPoP) ([A-Za-z0-9._~+/-]+=*)$/i.exec(header.trim());
-    if (match === null) {
-      request.outcome = 'no_token';
-      return reply.code(401).header('WWW-Authenticate', 'Bearer realm="pinpoint"').header('Cache-Control', 'no-store').send();
-    }
-    const scheme: Scheme = (match[1] as string).toLowerCase() === 'dpop' ? 'DPoP' : 'Bearer';
-    const token = match[2] as string;
-    let payload: JWTPayload;
-    try {
-      payload = await verifyAccessToken(ctx.keys, token, ctx.issuer, ctx.now());
-    } catch {
-      return refuse(request, reply, 'invalid_token', 'the access token is invalid or expired', scheme);
-    }
-    // RFC 9449 §7.1-7.2: a bound token only with its proof, under the DPoP scheme; a Bearer token never under it.
-    const boundKey = boundKeyOf(payload);
-    let proof: DpopProof | undefined;
-    if (scheme === 'Bearer' && boundKey !== undefined) {
-      return refuse(request, reply, 'invalid_token', 'the access token is DPoP-bound; send it as Authorization: DPoP with a DPoP proof', 'DPoP');
-    }
-    if (scheme === 'DPoP') {
-      try {
-        proof = await proofOf(ctx, request, token, 401);
-      } catch (error) {
-        if (error instanceof OAuthError) return refuse(request, reply, 'invalid_dpop_proof', error.description, 'DPoP');
-        throw error;
-      }
-      if (proof === undefined) return refuse(request, reply, 'invalid_dpop_proof', 'the DPoP scheme needs a DPoP proof header', 'DPoP');
-      if (boundKey === undefined) return refuse(request, reply, 'invalid_token', 'the access token is not DPoP-bound; send it as Authorization: Bearer', 'DPoP');
-      if (boundKey !== proof.jkt) return refuse(request, reply, 'invalid_token', "the access token is bound to another key than the DPoP proof's", 'DPoP');
-    }
-    const clientId = typeof payload.client_id === 'string' ? payload.client_id : undefined;
-    request.clientId = clientId;
-    const client = await ctx.clients.find(clientId);
-    const scope = typeof payload.scope === 'string' ? payload.scope.split(' ') : [];
-    if (client === undefined || payload.aud === undefined || typeof payload.sub !== 'string' || typeof payload.jti !== 'string') {
-      return refuse(request, reply, 'invalid_token', 'the access token is invalid or expired', scheme);
-    }
-    // DESIGN.md §6, §8: a token of a revoked grant, or of a person or client no longer configured, has no claims here.
-    if (!(await accessTokenStands(ctx.tokenState, { jti: payload.jti, clientId: client.clientId }))) {
-      return refuse(request, reply, 'invalid_token', 'the access token is no longer valid', scheme);
-    }
-    if (!scope.includes('openid')) return refuse(request, reply, 'invalid_token', 'the access token does not carry the openid scope', scheme);
-    // DESIGN.md §7: a client_credentials token names no person (its sub is the client), so it has no claims here; only tokens a person signed in for carry auth_time.
-    if (typeof payload.auth_time !== 'number') return refuse(request, reply, 'invalid_token', 'the access token was issued to a client, not for a person', scheme);
-    if (!isAddressedToProvider(payload.aud as Audience, ctx.issuer, client.audience)) {
-      return refuse(request, reply, 'invalid_token', 'the access token is addressed to another resource server', scheme);
-    }
-    if (proof !== undefined) {
-      try {
-        await useProofOnce(store, proof, ctx.now(), 401);
-      } catch (error) {
-        if (error instanceof OAuthError) return refuse(request, reply, 'invalid_dpop_proof', error.description, 'DPoP');
-        throw error;
-      }
-    }
-    request.outcome = 'ok';
-    return reply
-      .header('Cache-Control', 'no-store')
-      .send({ sub: payload.sub, ...releasedClaims(scope, await claimsOf(payload.sub)) });
+/** The proof a DPoP-scheme request carries for its token's key; a refusal when the scheme, token and proof disagree. */
+async function proofForToken(deps: UserinfoRouteDeps, request: FastifyRequest, scheme: Scheme, token: string, payload: JWTPayload): Promise<{ proof?: DpopProof } | Refusal> {
+  // RFC 9449 §7.1-7.2: a bound token only with its proof, under the DPoP scheme; a Bearer token never under it.
+  const boundKey = boundKeyOf(payload);
+  const refusal = (error: Refusal['error'], description: string): Refusal => ({ error, description, scheme: 'DPoP' });
+  if (scheme === 'Bearer' && boundKey !== undefined) {
+    return refusal('invalid_token', 'the access token is DPoP-bound; send it as Authorization: DPoP with a DPoP proof');
   }
+  if (scheme === 'Bearer') return {};
+  let proof: DpopProof | undefined;
+  try {
+    proof = await proofOf(deps, request, token, 401);
+  } catch (error) {
+    if (error instanceof OAuthError) return refusal('invalid_dpop_proof', error.description);
+    throw error;
+  }
+  if (proof === undefined) return refusal('invalid_dpop_proof', 'the DPoP scheme needs a DPoP proof header');
+  if (boundKey === undefined) return refusal('invalid_token', 'the access token is not DPoP-bound; send it as Authorization: Bearer');
+  if (boundKey !== proof.jkt) return refusal('invalid_token', "the access token is bound to another key than the DPoP proof's");
+  return { proof };
+}
 
+/** Why a verified token of `client` gets no claims here (DESIGN.md §4, §6-8); undefined when it does. */
+async function tokenRefusal(deps: UserinfoRouteDeps, payload: JWTPayload, client: ClientRecord | undefined, scope: readonly string[]): Promise<string | undefined> {
+  if (client === undefined || payload.aud === undefined || typeof payload.sub !== 'string' || typeof payload.jti !== 'string') {
+    return 'the access token is invalid or expired';
+  }
+  // DESIGN.md §6, §8: a token of a revoked grant, or of a person or client no longer configured, has no claims here.
+  if (!(await accessTokenStands(deps.tokenState, { jti: payload.jti, clientId: client.clientId }))) return 'the access token is no longer valid';
+  if (!scope.includes('openid')) return 'the access token does not carry the openid scope';
+  // DESIGN.md §7: a client_credentials token names no person (its sub is the client), so it has no claims here; only tokens a person signed in for carry auth_time.
+  if (typeof payload.auth_time !== 'number') return 'the access token was issued to a client, not for a person';
+  if (!isAddressedToProvider(payload.aud as Audience, deps.issuer, client.audience)) return 'the access token is addressed to another resource server';
+  return undefined;
+}
+
+/** RFC 9449 §11.1: the proof's jti is recorded last, once everything else passed; a refusal when it was seen before. */
+async function useProof(deps: UserinfoRouteDeps, proof: DpopProof | undefined): Promise<Refusal | undefined> {
+  if (proof === undefined) return undefined;
+  try {
+    await useProofOnce(deps.store, proof, deps.now(), 401);
+    return undefined;
+  } catch (error) {
+    if (error instanceof OAuthError) return { error: 'invalid_dpop_proof', description: error.description, scheme: 'DPoP' };
+    throw error;
+  }
+}
+
+async function claimsOf(deps: UserinfoRouteDeps, subject: string): Promise<SubjectClaims> {
+  const user = deps.users.get(subject);
+  if (user !== undefined) return { email: user.email, name: user.name };
+  return (await deps.store.findSubjectClaims(subject, deps.now())) ?? {};
+}
+
+async function answer(deps: UserinfoRouteDeps, request: FastifyRequest, reply: FastifyReply): Promise<FastifyReply> {
+  const presented = presentedToken(request.headers.authorization);
+  if (presented === undefined) {
+    request.outcome = 'no_token';
+    return reply.code(401).header('WWW-Authenticate', 'Bearer realm="pinpoint"').header('Cache-Control', 'no-store').send();
+  }
+  const { scheme, token } = presented;
+  const invalidToken = (description: string): FastifyReply => refuse(request, reply, { error: 'invalid_token', description, scheme });
+  let payload: JWTPayload;
+  try {
+    payload = await verifyAccessToken(deps.keys(), token, deps.issuer, deps.now());
+  } catch {
+    return invalidToken('the access token is invalid or expired');
+  }
+  const binding = await proofForToken(deps, request, scheme, token, payload);
+  if ('error' in binding) return refuse(request, reply, binding);
+  const clientId = typeof payload.client_id === 'string' ? payload.client_id : undefined;
+  request.clientId = clientId;
+  const client = await deps.clients.find(clientId);
+  const scope = typeof payload.scope === 'string' ? payload.scope.split(' ') : [];
+  const refused = await tokenRefusal(deps, payload, client, scope);
+  if (refused !== undefined) return invalidToken(refused);
+  const unusedProof = await useProof(deps, binding.proof);
+  if (unusedProof !== undefined) return refuse(request, reply, unusedProof);
+  request.outcome = 'ok';
+  return reply
+    .header('Cache-Control', 'no-store')
+    .send({ sub: payload.sub, ...releasedClaims(scope, await claimsOf(deps, payload.sub as string)) });
+}
+
+export function userinfoRoutes(deps: UserinfoRouteDeps): FastifyPluginAsync {
+  const handle = (request: FastifyRequest, reply: FastifyReply): Promise<FastifyReply> => answer(deps, request, reply);
   return async (app) => {
     app.get('/userinfo', handle);
     app.post('/userinfo', handle);

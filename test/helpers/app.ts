@@ -2,7 +2,7 @@
 import { createHash, randomBytes } from 'node:crypto';
 import type { FastifyInstance, LightMyRequestResponse } from 'fastify';
 import { buildApp } from '../../src/app.js';
-import type { AppContext, AppLimits } from '../../src/context.js';
+import type { AppLimits, AppServices } from '../../src/context.js';
 import type { ClientRecord, Config, UserRecord } from '../../src/config/types.js';
 import { hashPassword } from '../../src/crypto/password.js';
 import { MemoryStore } from '../../src/store/memory.js';
@@ -62,7 +62,7 @@ export async function testConfig(overrides: Partial<Config> = {}): Promise<Confi
 
 export interface TestApp {
   readonly app: FastifyInstance;
-  readonly ctx: AppContext;
+  readonly ctx: AppServices;
   readonly store: Store;
 }
 

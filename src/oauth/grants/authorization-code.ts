@@ -1,5 +1,4 @@
 /** grant_type=authorization_code (RFC 6749 §4.1.3, RFC 7636 §4.6, RFC 8707 §2.2); the checks are policy/token-requests.ts. */
-import type { AppContext } from '../../context.js';
 import { pkceChallengeOf, digestOf } from '../../crypto/digest.js';
 import { newRefreshToken } from '../../crypto/refresh-token.js';
 import { all, single } from '../../http/params.js';
@@ -8,7 +7,8 @@ import type { Audience } from '../../policy/resource.js';
 import { refreshTokenBinding } from '../../policy/sender-constraint.js';
 import { badCode, checkCodeExchangeRequest, decideCodeExchange } from '../../policy/token-requests.js';
 import type { AuthorizationCodeRecord, AuthorizationCodeStore, Grant, GrantStore } from '../../store/types.js';
-import { issueTokens } from '../../tokens/response.js';
+import type { Metrics } from '../../http/metrics.js';
+import { issueTokens, type TokenSigner } from '../../tokens/response.js';
 import { revokeReplayed, type GrantHandler } from './grant.js';
 
 interface ValidCodeExchange {
@@ -17,7 +17,18 @@ interface ValidCodeExchange {
   readonly audience: Audience;
 }
 
-export function authorizationCodeGrant(ctx: AppContext, store: AuthorizationCodeStore & GrantStore): GrantHandler<ValidCodeExchange> {
+/** What the code exchange uses, wired by tokenRoutes. */
+export interface AuthorizationCodeGrantDeps {
+  readonly store: AuthorizationCodeStore & GrantStore;
+  readonly issuer: string;
+  /** Whether a grant's subject is still a user, or comes from a configured upstream (DESIGN.md §6). */
+  readonly isKnownSubject: (subject: string) => boolean;
+  readonly signer: TokenSigner;
+  readonly metrics: Pick<Metrics, 'refreshReuse'>;
+}
+
+export function authorizationCodeGrant(deps: AuthorizationCodeGrantDeps): GrantHandler<ValidCodeExchange> {
+  const { store } = deps;
   return {
     grantType: 'authorization_code',
 
@@ -28,9 +39,9 @@ export function authorizationCodeGrant(ctx: AppContext, store: AuthorizationCode
       if (!shape.ok) return shape;
       const { code, redirectUri, verifier } = shape.value;
       const state = await store.findCode(digestOf(code), now);
-      const subjectExists = state.status !== 'active' || ctx.isKnownSubject(state.grant.subject);
+      const subjectExists = state.status !== 'active' || deps.isKnownSubject(state.grant.subject);
       const verifierChallenge = pkceChallengeOf(verifier);
-      const decision = decideCodeExchange({ client, issuer: ctx.issuer, state, redirectUri, verifierChallenge, requested, subjectExists });
+      const decision = decideCodeExchange({ client, issuer: deps.issuer, state, redirectUri, verifierChallenge, requested, subjectExists });
       if (!decision.ok || state.status !== 'active') return decision.ok ? { ok: false, error: badCode() } : decision;
       return { ok: true, value: { code: state.code, grant: state.grant, audience: decision.value } };
     },
@@ -41,13 +52,13 @@ export function authorizationCodeGrant(ctx: AppContext, store: AuthorizationCode
       const refresh = refreshLifetimeMs === undefined ? undefined : newRefreshToken(grant.id, now, refreshLifetimeMs, refreshTokenBinding(client, proofKey));
       // The code is used and the refresh token stored in one transaction: one commit per exchange.
       // The grant lives at least as long as the access token, so /introspect finds it (DESIGN.md §8).
-      if (!(await store.consumeCode(code.digest, now, now + ctx.config.accessTokenLifetimeMs, refresh?.record))) {
+      if (!(await store.consumeCode(code.digest, now, now + deps.signer.accessTokenLifetimeMs, refresh?.record))) {
         // Another exchange of the same code, by the same client, won the race: that is a replay too (DESIGN.md §6).
-        await revokeReplayed(store, ctx.metrics, request, grant.id, 'authorization_code');
+        await revokeReplayed(store, deps.metrics, request, grant.id, 'authorization_code');
         throw badCode();
       }
       return issueTokens(
-        ctx.signer,
+        deps.signer,
         {
           client,
           grantId: grant.id,

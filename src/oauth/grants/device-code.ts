@@ -1,6 +1,5 @@
 /** grant_type=urn:ietf:params:oauth:grant-type:device_code (RFC 8628 §3.4-3.5); the checks are policy/token-requests.ts. */
 import { randomUUID } from 'node:crypto';
-import type { AppContext } from '../../context.js';
 import { digestOf } from '../../crypto/digest.js';
 import { newRefreshToken } from '../../crypto/refresh-token.js';
 import { all, single } from '../../http/params.js';
@@ -9,7 +8,7 @@ import { OAuthError } from '../../policy/oauth-error.js';
 import { refreshTokenBinding } from '../../policy/sender-constraint.js';
 import { badDeviceCode, checkDevicePollRequest, decideDevicePoll, type DevicePoll } from '../../policy/token-requests.js';
 import type { DeviceAuthorizationRecord, DeviceCodeStore, Grant } from '../../store/types.js';
-import { issueTokens } from '../../tokens/response.js';
+import { issueTokens, type TokenSigner } from '../../tokens/response.js';
 import type { GrantHandler } from './grant.js';
 
 interface ValidPoll {
@@ -17,7 +16,15 @@ interface ValidPoll {
   readonly poll: DevicePoll;
 }
 
-export function deviceCodeGrant(ctx: AppContext, store: DeviceCodeStore): GrantHandler<ValidPoll> {
+/** What device-code polling uses, wired by tokenRoutes. */
+export interface DeviceCodeGrantDeps {
+  readonly store: DeviceCodeStore;
+  readonly issuer: string;
+  readonly signer: TokenSigner;
+}
+
+export function deviceCodeGrant(deps: DeviceCodeGrantDeps): GrantHandler<ValidPoll> {
+  const { store } = deps;
   return {
     grantType: DEVICE_CODE_GRANT,
 
@@ -25,7 +32,7 @@ export function deviceCodeGrant(ctx: AppContext, store: DeviceCodeStore): GrantH
       const shape = checkDevicePollRequest(client, all(params, 'resource'), single(params, 'device_code'));
       if (!shape.ok) return shape;
       const record = await store.findByDeviceCode(digestOf(shape.value));
-      const decision = decideDevicePoll({ client, issuer: ctx.issuer, state: record, now });
+      const decision = decideDevicePoll({ client, issuer: deps.issuer, state: record, now });
       if (!decision.ok) return decision;
       if (record === undefined) return { ok: false, error: badDeviceCode() };
       return { ok: true, value: { record, poll: decision.value } };
@@ -61,12 +68,12 @@ export function deviceCodeGrant(ctx: AppContext, store: DeviceCodeStore): GrantH
         authTime,
         createdAt: now,
         // Without refresh tokens nothing reads the grant after this answer; keep it as long as its access token.
-        expiresAt: refresh?.record.expiresAt ?? now + ctx.config.accessTokenLifetimeMs,
+        expiresAt: refresh?.record.expiresAt ?? now + deps.signer.accessTokenLifetimeMs,
       };
       // RFC 8628 §3.5 + DESIGN.md §6: one atomic redemption; a second (or parallel) one gets invalid_grant.
       if (!(await store.redeemDeviceCode(record.deviceCodeDigest, grant, refresh?.record, now))) throw badDeviceCode();
       return issueTokens(
-        ctx.signer,
+        deps.signer,
         {
           client,
           grantId,

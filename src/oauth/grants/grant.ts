@@ -32,7 +32,7 @@ export interface GrantHandler<Validated> {
 }
 
 /** Runs a handler's two halves; a refusal that names a grant to revoke revokes it before the error is answered. */
-export async function runGrant<V>(handler: GrantHandler<V>, grants: GrantStore, metrics: Metrics, request: TokenRequest): Promise<TokenResponse> {
+export async function runGrant<V>(handler: GrantHandler<V>, grants: GrantStore, metrics: Pick<Metrics, 'tokensIssued' | 'refreshReuse'>, request: TokenRequest): Promise<TokenResponse> {
   const decision = await handler.validate(request);
   if (!decision.ok) {
     if (decision.revokeGrant !== undefined) await revokeReplayed(grants, metrics, request, decision.revokeGrant, handler.grantType);
@@ -46,7 +46,7 @@ export async function runGrant<V>(handler: GrantHandler<V>, grants: GrantStore, 
 }
 
 /** RFC 6749 §4.1.2, RFC 9700 §4.14.2: a replayed code or refresh token means it leaked or the client raced itself. */
-export async function revokeReplayed(grants: GrantStore, metrics: Metrics, request: TokenRequest, grantId: string, grantType: string): Promise<void> {
+export async function revokeReplayed(grants: GrantStore, metrics: Pick<Metrics, 'refreshReuse'>, request: TokenRequest, grantId: string, grantType: string): Promise<void> {
   await grants.revokeGrant(grantId);
   metrics.refreshReuse.inc();
   request.log.warn({ audit: true, event: 'reuse_detected', client_id: request.client.clientId, grant_id: grantId, grant_type: grantType }, 'replayed grant credential: grant revoked');

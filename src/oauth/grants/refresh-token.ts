@@ -2,7 +2,6 @@
  * grant_type=refresh_token (RFC 6749 §6) with rotation, reuse detection (RFC 9700 §4.14.2) and the per-client reuse
  * grace of DESIGN.md §6; the checks are policy/token-requests.ts.
  */
-import type { AppContext } from '../../context.js';
 import { newRefreshToken, refreshTokenKey } from '../../crypto/refresh-token.js';
 import { all, single } from '../../http/params.js';
 import type { Audience } from '../../policy/resource.js';
@@ -10,7 +9,8 @@ import { parseScope } from '../../policy/scope.js';
 import { bindingRefusal, refreshTokenBinding } from '../../policy/sender-constraint.js';
 import { badRefreshToken, checkRefreshRequest, decideRefresh, withinReuseGrace, type RefreshState } from '../../policy/token-requests.js';
 import type { Grant, GrantStore, RefreshLookup, RefreshTokenStore } from '../../store/types.js';
-import { issueTokens } from '../../tokens/response.js';
+import type { Metrics } from '../../http/metrics.js';
+import { issueTokens, type TokenSigner } from '../../tokens/response.js';
 import { revokeReplayed, type GrantHandler } from './grant.js';
 
 interface ValidRefresh {
@@ -24,7 +24,18 @@ interface ValidRefresh {
   readonly boundKey?: string;
 }
 
-export function refreshTokenGrant(ctx: AppContext, store: RefreshTokenStore & GrantStore): GrantHandler<ValidRefresh> {
+/** What refreshing uses, wired by tokenRoutes. */
+export interface RefreshTokenGrantDeps {
+  readonly store: RefreshTokenStore & GrantStore;
+  readonly issuer: string;
+  /** Whether a grant's subject is still a user, or comes from a configured upstream (DESIGN.md §6). */
+  readonly isKnownSubject: (subject: string) => boolean;
+  readonly signer: TokenSigner;
+  readonly metrics: Pick<Metrics, 'refreshReuse'>;
+}
+
+export function refreshTokenGrant(deps: RefreshTokenGrantDeps): GrantHandler<ValidRefresh> {
+  const { store } = deps;
   /** The state the policy judges: a rotated token of this client within its grace names its (live) grant. */
   async function stateOf(lookup: RefreshLookup, clientId: string, graceMs: number, now: number): Promise<{ state: RefreshState; grant?: Grant }> {
     if (lookup.status === 'active') return { state: lookup, grant: lookup.grant };
@@ -55,8 +66,8 @@ export function refreshTokenGrant(ctx: AppContext, store: RefreshTokenStore & Gr
       const unbound = bindingRefusal(boundKey, proofKey);
       if (unbound !== undefined) return { ok: false, error: unbound };
       const { state, grant } = await stateOf(lookup, client.clientId, client.refreshReuseGraceMs, now);
-      const subjectExists = grant === undefined || ctx.isKnownSubject(grant.subject);
-      const decision = decideRefresh({ client, issuer: ctx.issuer, state, requestedScope, requested, subjectExists });
+      const subjectExists = grant === undefined || deps.isKnownSubject(grant.subject);
+      const decision = decideRefresh({ client, issuer: deps.issuer, state, requestedScope, requested, subjectExists });
       if (!decision.ok) return decision;
       if (grant === undefined) return { ok: false, error: badRefreshToken() };
       const { scope, audience } = decision.value;
@@ -72,11 +83,11 @@ export function refreshTokenGrant(ctx: AppContext, store: RefreshTokenStore & Gr
       // case the grace exists for (a sibling of the same grant); without one it is reuse (DESIGN.md §6).
       if (!stored && rotate !== undefined && client.refreshReuseGraceMs > 0) stored = await store.addRefreshToken(next.record, now);
       if (!stored) {
-        if (rotate !== undefined && client.refreshReuseGraceMs === 0) await revokeReplayed(store, ctx.metrics, request, grant.id, 'refresh_token');
+        if (rotate !== undefined && client.refreshReuseGraceMs === 0) await revokeReplayed(store, deps.metrics, request, grant.id, 'refresh_token');
         throw badRefreshToken();
       }
       if (rotate === undefined) request.log.info({ client_id: client.clientId, grant_id: grant.id }, 'rotated refresh token presented again within the reuse grace');
-      return issueTokens(ctx.signer, { client, grantId: grant.id, subject: grant.subject, audience, scope, confirmation: proofKey, authTime: grant.authTime, refreshToken: next.value }, now);
+      return issueTokens(deps.signer, { client, grantId: grant.id, subject: grant.subject, audience, scope, confirmation: proofKey, authTime: grant.authTime, refreshToken: next.value }, now);
     },
   };
 }

@@ -5,7 +5,6 @@
  * so a refused one writes nothing by construction.
  */
 import type { JWTPayload } from 'jose';
-import type { AppContext } from '../../context.js';
 import { all, single, type Params } from '../../http/params.js';
 import { audienceClaim } from '../../policy/resource.js';
 import { parseScope } from '../../policy/scope.js';
@@ -19,10 +18,11 @@ import {
   type ExchangeParameters,
   type SubjectToken,
 } from '../../policy/token-exchange.js';
-import type { GrantStore, RevokedTokenStore } from '../../store/types.js';
-import { accessTokenStands } from '../../tokens/access-token-state.js';
+import type { VerifiedAccessTokens } from '../../crypto/jwt.js';
+import type { SigningKeys } from '../../crypto/keys.js';
+import { accessTokenStands, type AccessTokenStateSources } from '../../tokens/access-token-state.js';
 import { grantIdOfJti } from '../../tokens/claims.js';
-import { issueTokens } from '../../tokens/response.js';
+import { issueTokens, type TokenSigner } from '../../tokens/response.js';
 import type { GrantHandler } from './grant.js';
 
 /** What this grant reads (RFC 8693 §2.1); actor_token, actor_token_type and audience are read only to be refused. */
@@ -43,12 +43,22 @@ interface ValidExchange extends Exchange {
   readonly subject: SubjectToken;
 }
 
-export function tokenExchangeGrant(ctx: AppContext, store: GrantStore & RevokedTokenStore): GrantHandler<ValidExchange> {
+/** What token exchange uses, wired by tokenRoutes: it reads state only through the one access-token check. */
+export interface TokenExchangeGrantDeps {
+  readonly issuer: string;
+  /** The keys in use now, read at each use: keys rotate while the server runs. */
+  readonly keys: () => SigningKeys;
+  readonly verifiedAccessTokens: VerifiedAccessTokens;
+  readonly tokenState: AccessTokenStateSources;
+  readonly signer: TokenSigner;
+}
+
+export function tokenExchangeGrant(deps: TokenExchangeGrantDeps): GrantHandler<ValidExchange> {
   /** jose's verdict on the subject token (issuer, our keys, unexpired, at+jwt); undefined when it refused. */
   async function verifiedClaims(token: string, now: number): Promise<JWTPayload | undefined> {
     try {
       // A resource server exchanges one person's token for each downstream call: jose verifies it once (DESIGN.md §11 speed).
-      return await ctx.verifiedAccessTokens.verify(ctx.keys, token, ctx.issuer, now);
+      return await deps.verifiedAccessTokens.verify(deps.keys(), token, deps.issuer, now);
     } catch {
       return undefined;
     }
@@ -62,9 +72,9 @@ export function tokenExchangeGrant(ctx: AppContext, store: GrantStore & RevokedT
       if (!request.ok) return request;
       const claims = await verifiedClaims(request.value.subjectToken, now);
       const jti = typeof claims?.jti === 'string' ? claims.jti : undefined;
-      const subject = checkSubjectToken({ client, issuer: ctx.issuer, claims, grantId: jti === undefined ? undefined : grantIdOfJti(jti) });
+      const subject = checkSubjectToken({ client, issuer: deps.issuer, claims, grantId: jti === undefined ? undefined : grantIdOfJti(jti) });
       if (!subject.ok) return subject;
-      const grantStands = await accessTokenStands(ctx.tokenState, { jti: subject.value.jti, clientId: subject.value.clientId, exchanged: subject.value.act !== undefined });
+      const grantStands = await accessTokenStands(deps.tokenState, { jti: subject.value.jti, clientId: subject.value.clientId, exchanged: subject.value.act !== undefined });
       const decision = decideTokenExchange({ client, request: request.value, subject: subject.value, grantStands });
       if (!decision.ok) return decision;
       return { ok: true, value: { ...decision.value, subject: subject.value } };
@@ -72,7 +82,7 @@ export function tokenExchangeGrant(ctx: AppContext, store: GrantStore & RevokedT
 
     async respond({ client, now, proofKey }, { subject, audience, scope, act }) {
       const issued = await issueTokens(
-        ctx.signer,
+        deps.signer,
         {
           client,
           grantId: subject.grantId,
