@@ -17,6 +17,9 @@ function tell(message: WorkerMessage, then: () => void = () => undefined): void 
   process.send(message, undefined, {}, () => then());
 }
 
+/** How long a stopped worker stays to refuse connections handed to it as it closed (node:cluster round-robin). */
+const HANDOFF_GRACE_MS = 500;
+
 let server: RunningServer | undefined;
 let logger: Logger | undefined;
 let stopping = false;
@@ -31,7 +34,9 @@ function stop(reason: string): void {
     () => {
       logger?.info('stopped');
       logger?.flush();
-      process.exit(0);
+      // A connection the primary handed over just before it saw our listener close is still on its way: stay long
+      // enough to refuse it, so the primary gives it to another worker instead of holding it unanswered.
+      setTimeout(() => process.exit(0), HANDOFF_GRACE_MS);
     },
     (error: unknown) => {
       logger?.error({ err: { message: (error as Error).message } }, 'error while stopping');
