@@ -39,7 +39,14 @@ tls {
 #   login_failures     = 10    # wrong passwords per user per address: then 429
 #   login_failures_any = 100   # wrong passwords per user from all addresses: then slowed
 #   user_code_failures = 20    # wrong device user codes per address
+#   password_hashes    = 2     # password checks at once per worker (about 128 MiB each); more wait
+#                              # at most 5 s, then 503 with Retry-After
 # }
+
+# Worker processes serving the one listener (a number, or "auto" for every CPU this process may
+# use). More than 1 needs the state block below. Default 1. `pinpoint reload` (or SIGHUP to the
+# primary) replaces them one at a time with a re-read config, refusing no request.
+# workers = 1
 
 # Prometheus text at GET /metrics, on its own listener (never on the main one). Default: off.
 # metrics {
