@@ -7,9 +7,8 @@ import type { Audience } from '../../policy/resource.js';
 import { refreshTokenBinding } from '../../policy/sender-constraint.js';
 import { badCode, checkCodeExchangeRequest, decideCodeExchange } from '../../policy/token-requests.js';
 import type { AuthorizationCodeRecord, AuthorizationCodeStore, Grant, GrantStore } from '../../store/types.js';
-import type { Metrics } from '../../http/metrics.js';
-import { issueTokens, type TokenSigner } from '../../tokens/response.js';
-import { revokeReplayed, type GrantHandler } from './grant.js';
+import { issueTokens } from '../../tokens/response.js';
+import { revokeReplayed, type GrantHandler, type PersonGrantDeps } from './grant.js';
 
 interface ValidCodeExchange {
   readonly code: AuthorizationCodeRecord;
@@ -18,13 +17,8 @@ interface ValidCodeExchange {
 }
 
 /** What the code exchange uses, wired by tokenRoutes. */
-export interface AuthorizationCodeGrantDeps {
+export interface AuthorizationCodeGrantDeps extends PersonGrantDeps {
   readonly store: AuthorizationCodeStore & GrantStore;
-  readonly issuer: string;
-  /** Whether a grant's subject is still a user, or comes from a configured upstream (DESIGN.md §6). */
-  readonly isKnownSubject: (subject: string) => boolean;
-  readonly signer: TokenSigner;
-  readonly metrics: Pick<Metrics, 'refreshReuse'>;
 }
 
 export function authorizationCodeGrant(deps: AuthorizationCodeGrantDeps): GrantHandler<ValidCodeExchange> {

@@ -10,7 +10,7 @@ import type { Params } from '../../http/params.js';
 import type { Decision } from '../../policy/decision.js';
 import type { GrantStore } from '../../store/types.js';
 import type { Metrics } from '../../http/metrics.js';
-import type { Issued, TokenResponse } from '../../tokens/response.js';
+import type { Issued, TokenResponse, TokenSigner } from '../../tokens/response.js';
 
 export interface TokenRequest {
   readonly client: ClientRecord;
@@ -56,3 +56,14 @@ export function unwrap<T>(decision: { ok: true; value: T } | { ok: false; error:
   if (!decision.ok) throw decision.error;
   return decision.value;
 }
+
+/** What a grant issuing tokens for a person's grant uses besides its store (code exchange, refresh), wired by tokenRoutes. */
+export interface PersonGrantDeps {
+  readonly issuer: string;
+  /** Whether a grant's subject is still a user, or comes from a configured upstream (DESIGN.md §6). */
+  readonly isKnownSubject: (subject: string) => boolean;
+  readonly signer: TokenSigner;
+  /** A replayed code or rotated refresh token revokes its grant and is counted (DESIGN.md §6). */
+  readonly metrics: Pick<Metrics, 'refreshReuse'>;
+}
+

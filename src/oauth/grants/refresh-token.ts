@@ -9,9 +9,8 @@ import { parseScope } from '../../policy/scope.js';
 import { bindingRefusal, refreshTokenBinding } from '../../policy/sender-constraint.js';
 import { badRefreshToken, checkRefreshRequest, decideRefresh, withinReuseGrace, type RefreshState } from '../../policy/token-requests.js';
 import type { Grant, GrantStore, RefreshLookup, RefreshTokenStore } from '../../store/types.js';
-import type { Metrics } from '../../http/metrics.js';
-import { issueTokens, type TokenSigner } from '../../tokens/response.js';
-import { revokeReplayed, type GrantHandler } from './grant.js';
+import { issueTokens } from '../../tokens/response.js';
+import { revokeReplayed, type GrantHandler, type PersonGrantDeps } from './grant.js';
 
 interface ValidRefresh {
   /** The digest of the presented token, to rotate; absent for a token presented again within the grace. */
@@ -25,13 +24,8 @@ interface ValidRefresh {
 }
 
 /** What refreshing uses, wired by tokenRoutes. */
-export interface RefreshTokenGrantDeps {
+export interface RefreshTokenGrantDeps extends PersonGrantDeps {
   readonly store: RefreshTokenStore & GrantStore;
-  readonly issuer: string;
-  /** Whether a grant's subject is still a user, or comes from a configured upstream (DESIGN.md §6). */
-  readonly isKnownSubject: (subject: string) => boolean;
-  readonly signer: TokenSigner;
-  readonly metrics: Pick<Metrics, 'refreshReuse'>;
 }
 
 export function refreshTokenGrant(deps: RefreshTokenGrantDeps): GrantHandler<ValidRefresh> {
