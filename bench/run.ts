@@ -298,13 +298,16 @@ async function ensurePool(leg: Leg, key: string, connections: number, seconds: n
 /**
  * A fresh pool of DPoP proofs for `seconds` of this leg, made by the driver right before the run that spends them (a
  * proof is used once, and the server takes its iat for 60 s only; what the run before left is dropped). Sized from
- * the leg's own rate once measured, else twice the server's best at this concurrency (its plain client_credentials).
+ * the server's best rate at this concurrency (its plain client_credentials, faster than with proofs) or twice the
+ * leg's own, whichever is more: a cold warm-up's rate would undersize the first segment, and a pool that runs dry
+ * voids the segment and sends unproven requests for up to a second (autocannon stops on its next tick).
  */
 async function ensureProofs(leg: Leg, key: string, connections: number, seconds: number, group: string): Promise<void> {
   if (leg.proofs === undefined) return;
-  const measured = caseRate.get(`${group}|${key}`);
-  const bound = bestRate.get(`${leg.server.name}|c${connections}`) ?? bestRate.get(`${leg.server.name}|c16`) ?? 10_000;
-  const count = Math.ceil((measured === undefined ? 2 * bound : 1.5 * measured) * seconds) + 4 * connections + 200;
+  const measured = caseRate.get(`${group}|${key}`) ?? 0;
+  const best = bestRate.get(`${leg.server.name}|c${connections}`) ?? bestRate.get(`${leg.server.name}|c16`);
+  const rate = best === undefined ? Math.max(2 * measured, 10_000) : Math.max(2 * measured, best);
+  const count = Math.ceil(rate * seconds) + 4 * connections + 200;
   await driver.call('proofs', { name: leg.proofs.name, htu: leg.proofs.htu, count });
 }
 
