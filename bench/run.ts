@@ -143,6 +143,8 @@ const timing = smoke
 const SCALE = smoke ? { small: 10_000, large: 20_000 } : { small: 10_000, large: 1_000_000 };
 /** Access tokens per server for the introspection case: introspected in turn, over and over (none is spent). */
 const ACCESS_POOL = smoke ? 200 : 2000;
+/** DPoP proofs per second of a run at the least (ensureProofs): the driver makes about 10,000 a second. */
+const MIN_PROOF_RATE = 4000;
 /** Subject tokens per server for token_exchange: one person's token is exchanged for each downstream call, so a modest pool reused in turn. */
 const EXCHANGE_SUBJECTS = 200;
 /** Refresh on PostgreSQL: total connections, split evenly over the instances. */
@@ -297,17 +299,18 @@ async function ensurePool(leg: Leg, key: string, connections: number, seconds: n
 
 /**
  * A fresh pool of DPoP proofs for `seconds` of this leg, made by the driver right before the run that spends them (a
- * proof is used once, and the server takes its iat for 60 s only; what the run before left is dropped). Sized from
- * the server's best rate at this concurrency (its plain client_credentials, faster than with proofs) or twice the
- * leg's own, whichever is more: a cold warm-up's rate would undersize the first segment, and a pool that runs dry
- * voids the segment and sends unproven requests for up to a second (autocannon stops on its next tick).
+ * proof is used once, and the server takes its iat for 60 s only; what the run before left is dropped). Sized for
+ * the most of: the server's best rate at this concurrency (its plain client_credentials, faster than with proofs),
+ * twice the leg's own, and MIN_PROOF_RATE, since a cold warm-up's rates undersize the next run; and for the whole
+ * seconds autocannon runs (it stops on the tick after the duration: 3 s for 2.5). A pool that runs dry voids the
+ * segment and sends unproven requests until that tick.
  */
 async function ensureProofs(leg: Leg, key: string, connections: number, seconds: number, group: string): Promise<void> {
   if (leg.proofs === undefined) return;
   const measured = caseRate.get(`${group}|${key}`) ?? 0;
-  const best = bestRate.get(`${leg.server.name}|c${connections}`) ?? bestRate.get(`${leg.server.name}|c16`);
-  const rate = best === undefined ? Math.max(2 * measured, 10_000) : Math.max(2 * measured, best);
-  const count = Math.ceil(rate * seconds) + 4 * connections + 200;
+  const best = bestRate.get(`${leg.server.name}|c${connections}`) ?? bestRate.get(`${leg.server.name}|c16`) ?? 0;
+  const rate = Math.max(2 * measured, best, MIN_PROOF_RATE);
+  const count = Math.ceil(rate * (Math.floor(seconds) + 1)) + 4 * connections + 200;
   await driver.call('proofs', { name: leg.proofs.name, htu: leg.proofs.htu, count });
 }
 
