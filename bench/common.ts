@@ -25,6 +25,17 @@ export const subjectOf = (index: number): string => `${UPSTREAM}:user-${index}`;
 export const SEEDED_CODE_LIFETIME_MS = 30 * 60_000;
 export const BASIC_AUTH = `Basic ${Buffer.from(`${CLIENT_ID}:${CLIENT_SECRET}`).toString('base64')}`;
 
+/**
+ * Token exchange (RFC 8693, DESIGN.md §12), Pinpoint only: the resource server at API, a configured confidential client
+ * of its own, exchanges the access tokens for API it receives (the bench client's) for tokens addressed to DOWNSTREAM.
+ */
+export const EXCHANGE_CLIENT_ID = 'bench-api';
+export const EXCHANGE_CLIENT_SECRET = 'bench-api-secret-7d2e91c4b0';
+export const EXCHANGE_BASIC_AUTH = `Basic ${Buffer.from(`${EXCHANGE_CLIENT_ID}:${EXCHANGE_CLIENT_SECRET}`).toString('base64')}`;
+export const DOWNSTREAM = 'https://inventory.example.org/';
+/** The exchanging client's audience: whom it may call on a person's behalf, one `resource` at a time. */
+export const EXCHANGE_AUDIENCE: readonly string[] = [DOWNSTREAM, 'https://billing.example.org/'];
+
 /** What a pool line holds: a refresh token, "code verifier", or an access token to introspect (reused, not spent). */
 export type PoolKind = 'refresh' | 'code' | 'access';
 

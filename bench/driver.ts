@@ -2,19 +2,24 @@
  * The load driver: autocannon in its own process (pinned by the runner to the core the servers do not use).
  * It holds the pools of pre-created refresh tokens and codes, gives every request a fresh one, verifies
  * every response (status, JSON, token_type, `aud` of the access token, refresh token present) and keeps
- * the latencies of each series so percentiles cover all of a server's measured segments.
+ * the latencies of each series so percentiles cover all of a server's measured segments. It also makes the pools of
+ * DPoP proofs (RFC 9449) itself, with jose, right before the run that spends them: a proof is used once and its iat
+ * must be within 60 s of the server's clock.
  */
+import { randomUUID } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
 import autocannon, { type AutocannonRequest } from 'autocannon';
-import { createLocalJWKSet, jwtVerify, type JSONWebKeySet } from 'jose';
-import { API, BASIC_AUTH, jwtPayload, REDIRECT_URI, serveRpc } from './common.js';
+import { calculateJwkThumbprint, createLocalJWKSet, exportJWK, generateKeyPair, jwtVerify, SignJWT, type CryptoKey, type JSONWebKeySet, type JWK } from 'jose';
+import { API, BASIC_AUTH, jwtPayload, mapInBatches, REDIRECT_URI, serveRpc } from './common.js';
 
 export type BodySpec =
   | { readonly kind: 'static'; readonly text: string }
   | { readonly kind: 'refresh'; readonly pool: string }
   | { readonly kind: 'code'; readonly pool: string }
   /** token=<a line of the pool>, the lines taken in turn over and over (introspection spends nothing). */
-  | { readonly kind: 'introspect'; readonly pool: string };
+  | { readonly kind: 'introspect'; readonly pool: string }
+  /** RFC 8693 token exchange of a line of the pool (an access token, reused in turn like introspection's) for `resource`. */
+  | { readonly kind: 'exchange'; readonly pool: string; readonly resource: string };
 
 export interface Expectation {
   /** "token": an OAuth token response; "active": an introspection answer with active true; "plain": any JSON (the bare floor route). */
@@ -23,6 +28,10 @@ export interface Expectation {
   readonly refreshToken?: boolean;
   /** The first access token of each run is verified against this server's /jwks (signature, typ at+jwt, iss). */
   readonly issuer?: string;
+  /** The response's token_type (default Bearer); DPoP: the sampled tokens' cnf.jkt must be the proof key's (RFC 9449 §6.1). */
+  readonly tokenType?: 'Bearer' | 'DPoP';
+  /** The sampled tokens' act.sub (RFC 8693 §4.1): the client that exchanged them. */
+  readonly actor?: string;
 }
 
 export interface RunSpec {
@@ -34,6 +43,10 @@ export interface RunSpec {
   readonly expect: Expectation;
   /** Latencies are kept under this name (measured segments); absent for warm-ups. */
   readonly series?: string;
+  /** The Authorization header (default: the bench client's HTTP Basic). */
+  readonly authorization?: string;
+  /** A pool of DPoP proofs (made by `proofs`): each request carries the next one in its DPoP header, each used once. */
+  readonly proofs?: string;
 }
 
 export interface RunResult {
@@ -54,9 +67,17 @@ export interface RunResult {
 }
 
 const ENCODED_API = encodeURIComponent(API);
+/** RFC 8693 §2.1: the grant and the subject token's type, URL-encoded once. */
+const EXCHANGE_PREFIX =
+  `grant_type=${encodeURIComponent('urn:ietf:params:oauth:grant-type:token-exchange')}` +
+  `&subject_token_type=${encodeURIComponent('urn:ietf:params:oauth:token-type:access_token')}`;
 const ENCODED_REDIRECT = encodeURIComponent(REDIRECT_URI);
 
 const pools = new Map<string, { items: string[]; next: number }>();
+/** One key per proof pool (a client keeps its DPoP key), and the RFC 7638 thumbprint its tokens are bound to. */
+const proofKeys = new Map<string, { readonly privateKey: CryptoKey; readonly jwk: JWK; readonly jkt: string }>();
+/** The most proofs one `proofs` call makes: a bound on the time it takes (about 10,000 ES256 signatures a second). */
+const MAX_PROOFS = 200_000;
 const keySets = new Map<string, ReturnType<typeof createLocalJWKSet>>();
 
 /** Why the access token's signature or header does not verify, or undefined when it does. */
@@ -100,8 +121,8 @@ function sameAudience(actual: unknown, expected: string | readonly string[]): bo
   return Array.isArray(actual) && actual.length === expected.length && expected.every((entry, i) => actual[i] === entry);
 }
 
-/** Why a 200 body is not what the case expects, or undefined when it is. */
-function problemWith(body: string, expect: Expectation): string | undefined {
+/** Why a 200 body is not what the case expects, or undefined when it is; `jkt`: the thumbprint of the run's proof key. */
+function problemWith(body: string, expect: Expectation, jkt?: string): string | undefined {
   let parsed: Record<string, unknown>;
   try {
     parsed = JSON.parse(body) as Record<string, unknown>;
@@ -110,11 +131,17 @@ function problemWith(body: string, expect: Expectation): string | undefined {
   }
   if (expect.shape === 'plain') return undefined;
   if (expect.shape === 'active') return parsed.active === true ? undefined : `active ${String(parsed.active)}`;
-  if (parsed.token_type !== 'Bearer') return `token_type ${String(parsed.token_type)}`;
+  const tokenType = expect.tokenType ?? 'Bearer';
+  if (parsed.token_type !== tokenType) return `token_type ${String(parsed.token_type)}, expected ${tokenType}`;
   if (typeof parsed.access_token !== 'string') return 'no access_token';
-  if (expect.aud !== undefined) {
-    const aud = jwtPayload(parsed.access_token).aud;
-    if (!sameAudience(aud, expect.aud)) return `aud ${JSON.stringify(aud)}, expected ${JSON.stringify(expect.aud)}`;
+  const claims = jwtPayload(parsed.access_token);
+  if (expect.aud !== undefined && !sameAudience(claims.aud, expect.aud)) return `aud ${JSON.stringify(claims.aud)}, expected ${JSON.stringify(expect.aud)}`;
+  if (tokenType === 'DPoP') {
+    const bound = (claims.cnf as { jkt?: unknown } | undefined)?.jkt;
+    if (bound !== jkt) return `cnf.jkt ${JSON.stringify(bound)}, expected the proof key's ${String(jkt)}`;
+  }
+  if (expect.actor !== undefined && (claims.act as { sub?: unknown } | undefined)?.sub !== expect.actor) {
+    return `act ${JSON.stringify(claims.act)}, expected act.sub ${expect.actor}`;
   }
   if (expect.refreshToken !== undefined && (typeof parsed.refresh_token === 'string') !== expect.refreshToken) {
     return expect.refreshToken ? 'no refresh_token' : 'unexpected refresh_token';
@@ -127,7 +154,8 @@ function quickProblem(body: string, expect: Expectation): string | undefined {
   if (expect.shape === 'plain') return body.startsWith('{') ? undefined : `not JSON: ${body.slice(0, 80)}`;
   if (expect.shape === 'active') return body.includes('"active":true') ? undefined : 'not active';
   if (!body.startsWith('{"access_token":"') && !body.includes('"access_token":"')) return 'no access_token';
-  if (!body.includes('"token_type":"Bearer"')) return 'token_type is not Bearer';
+  const tokenType = expect.tokenType ?? 'Bearer';
+  if (!body.includes(`"token_type":"${tokenType}"`)) return `token_type is not ${tokenType}`;
   if (expect.refreshToken !== undefined && body.includes('"refresh_token":"') !== expect.refreshToken) {
     return expect.refreshToken ? 'no refresh_token' : 'unexpected refresh_token';
   }
@@ -171,17 +199,33 @@ async function run(spec: RunSpec): Promise<RunResult> {
         if (token === undefined) runDry();
         return `token=${token ?? 'none'}&token_type_hint=access_token`;
       }
+      case 'exchange': {
+        const token = cycle(spec.body.pool);
+        if (token === undefined) runDry();
+        return `${EXCHANGE_PREFIX}&subject_token=${token ?? 'none'}&resource=${encodeURIComponent(spec.body.resource)}`;
+      }
     }
   };
+  const proofPool = spec.proofs;
+  const nextProof = (): string => {
+    const proof = proofPool === undefined ? undefined : take(proofPool);
+    if (proof === undefined) runDry();
+    return proof ?? 'spent';
+  };
+  const jkt = proofPool === undefined ? undefined : proofKeys.get(proofPool)?.jkt;
+  // Built once when nothing varies; otherwise per request, with the next body and (DPoP) the next proof.
+  const fixed = spec.body.kind === 'static' && proofPool === undefined;
   const request: AutocannonRequest = {
     method: 'POST',
     path: spec.path,
-    headers: { 'content-type': 'application/x-www-form-urlencoded', authorization: BASIC_AUTH },
-    ...(spec.body.kind === 'static'
-      ? { body: spec.body.text }
+    headers: { 'content-type': 'application/x-www-form-urlencoded', authorization: spec.authorization ?? BASIC_AUTH },
+    ...(fixed
+      ? { body: nextBody() }
       : {
           setupRequest: (built) => {
             built.body = nextBody();
+            // autocannon gives setupRequest a fresh headers object each time.
+            if (proofPool !== undefined) (built.headers as Record<string, string>).DPoP = nextProof();
             return built;
           },
         }),
@@ -189,7 +233,7 @@ async function run(spec: RunSpec): Promise<RunResult> {
       if (status !== 200) return;
       checked += 1;
       // Every response gets the cheap check; the first and every 64th are parsed and their token decoded.
-      const problem = checked === 1 || checked % 64 === 0 ? problemWith(body, spec.expect) : quickProblem(body, spec.expect);
+      const problem = checked === 1 || checked % 64 === 0 ? problemWith(body, spec.expect, jkt) : quickProblem(body, spec.expect);
       if (problem !== undefined) {
         invalid += 1;
         firstInvalid ??= problem;
@@ -250,6 +294,31 @@ serveRpc({
     pool.next = 0;
     pools.set(name, pool);
     return pool.items.length;
+  },
+  /**
+   * Replaces the pool `name` with `count` fresh DPoP proofs for POST `htu` (RFC 9449 §4.2: typ dpop+jwt, ES256, the
+   * public jwk in the header, iat now, a unique jti), all signed by the pool's one key; returns the key's thumbprint.
+   */
+  async proofs(request) {
+    const name = request.name as string;
+    const htu = request.htu as string;
+    const count = Math.min(Math.max(0, Math.ceil(request.count as number)), MAX_PROOFS);
+    let key = proofKeys.get(name);
+    if (key === undefined) {
+      const pair = await generateKeyPair('ES256');
+      const jwk = await exportJWK(pair.publicKey);
+      key = { privateKey: pair.privateKey, jwk, jkt: await calculateJwkThumbprint(jwk, 'sha256') };
+      proofKeys.set(name, key);
+    }
+    const { privateKey, jwk } = key;
+    const started = performance.now();
+    const iat = Math.floor(Date.now() / 1000);
+    const items = await mapInBatches(Array.from({ length: count }, (_, i) => i), 64, () =>
+      new SignJWT({ htm: 'POST', htu, jti: randomUUID() }).setProtectedHeader({ typ: 'dpop+jwt', alg: 'ES256', jwk }).setIssuedAt(iat).sign(privateKey),
+    );
+    // Proofs left from the run before are dropped: they are older, and fresh ones are cheaper than a refused request.
+    pools.set(name, { items, next: 0 });
+    return { count: items.length, jkt: key.jkt, ms: performance.now() - started };
   },
   remaining(request) {
     const pool = pools.get(request.name as string);

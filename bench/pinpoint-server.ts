@@ -17,6 +17,9 @@ import {
   BASIC_AUTH,
   CLIENT_ID,
   CLIENT_SECRET,
+  EXCHANGE_AUDIENCE,
+  EXCHANGE_CLIENT_ID,
+  EXCHANGE_CLIENT_SECRET,
   freePort,
   mapInBatches,
   REDIRECT_URI,
@@ -58,6 +61,19 @@ const client: ClientRecord = {
   idTokenSigningAlg: 'RS256',
   refreshReuseGraceMs: 0,
 };
+// DESIGN.md §12: the resource server at API calling others on a person's behalf, with the tokens for API it receives.
+const exchangeClient: ClientRecord = {
+  clientId: EXCHANGE_CLIENT_ID,
+  kind: 'confidential',
+  secret: EXCHANGE_CLIENT_SECRET,
+  redirectUris: [],
+  audience: [...EXCHANGE_AUDIENCE],
+  scopes: [SCOPE],
+  postLogoutRedirectUris: [],
+  idTokenSigningAlg: 'RS256',
+  refreshReuseGraceMs: 0,
+  tokenExchange: { subjectAudience: [API] },
+};
 // Shaped and frozen as config/load.ts leaves a loaded configuration, with its defaults. Not read from a file by the
 // loader: its HCL parser adds about 50 MB of resident memory, which would move the RSS figures off earlier runs'.
 const config: Config = deepFreeze({
@@ -72,7 +88,10 @@ const config: Config = deepFreeze({
   users: frozenMap([]),
   // Never contacted: it makes the seeded grants' subjects (common.ts subjectOf) known.
   federations: frozenMap([[UPSTREAM, { name: UPSTREAM, issuer: 'https://idp.example.org', clientId: 'pinpoint', clientSecret: 'unused', scopes: ['openid'] }]]),
-  clients: frozenMap([[client.clientId, client]]),
+  clients: frozenMap([
+    [client.clientId, client],
+    [exchangeClient.clientId, exchangeClient],
+  ]),
   trustedProxies: [],
   // DESIGN.md §4's defaults (config/schema.ts DEFAULT_LIMITS), written out: importing the schema loads zod (5 MB).
   limits: { clientFailures: 300, addressFailures: 300, loginFailures: 10, loginFailuresAny: 100, userCodeFailures: 20, passwordHashes: 2 },

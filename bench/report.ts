@@ -7,8 +7,23 @@ import type { StormMeasurement } from './storm.js';
 export const CASES = ['client_credentials', 'refresh_token+resource', 'authorization_code+resource', 'introspection'] as const;
 export type CaseName = (typeof CASES)[number];
 
+/**
+ * Cases with a cost line rather than a plain ratio: each measures a request against Pinpoint's client_credentials on
+ * the same server process, interleaved (DPoP also on oidc-provider). Their rows use LABELS.
+ */
+export const COST_CASES = ['token_exchange', 'client_credentials+dpop'] as const;
+export type CostCaseName = (typeof COST_CASES)[number];
+
+/** The rows of the cost cases: the request measured, and the plain client_credentials beside it. */
+export const COST_LABELS = {
+  pinpoint: 'pinpoint sqlite',
+  pinpointClientCredentials: 'pinpoint sqlite, client_credentials',
+  peer: 'oidc-provider',
+  peerClientCredentials: 'oidc-provider, client_credentials',
+} as const;
+
 export interface Row {
-  readonly caseName: CaseName | 'scale' | 'postgres' | 'workers';
+  readonly caseName: CaseName | CostCaseName | 'scale' | 'postgres' | 'workers';
   readonly connections: number;
   readonly server: string;
   /** Responses per second over all measured segments. */
@@ -87,6 +102,9 @@ const MIB = 1024 * 1024;
 /** The issue's targets (DESIGN.md §11): Pinpoint against the floor, this build against v0.2.0 with the same signing, the storm. */
 const FLOOR_TARGET = 0.85;
 const RELEASE_TARGET = 1.1;
+/** DESIGN.md §12-13: what an exchange and a DPoP proof may cost against client_credentials (its rate over theirs). */
+const EXCHANGE_COST_TARGET = 1.3;
+const DPOP_COST_TARGET = 1.5;
 const STORM_P99_MS = 50;
 const STORM_RSS_LIMIT = 512 * MIB;
 
@@ -151,7 +169,7 @@ function judged(line: string, target: string, met: boolean | undefined): string 
   return `${line} (target ${target}: ${met === undefined ? 'not judged in smoke' : met ? 'met' : 'not met'})`;
 }
 
-/** The ratio lines of a full run; `judge` false (smoke): the floor line says it is not judged. */
+/** The ratio lines of a full run; `judge` false (smoke): the floor and cost lines say they are not judged. */
 export function ratioLines(rows: readonly Row[], judge = true): string[] {
   const pinpoint = find(rows, 'client_credentials', PINPOINT);
   const floor = find(rows, 'client_credentials', FLOOR);
@@ -159,6 +177,106 @@ export function ratioLines(rows: readonly Row[], judge = true): string[] {
     ...CASES.map((caseName) => ratioLine(`ratio ${caseName}`, find(rows, caseName, PINPOINT), find(rows, caseName, PEER))),
     judged(ratioLine('floor client_credentials', pinpoint, floor), `>= ${FLOOR_TARGET}`, judge ? cleanRatio(pinpoint, floor) >= FLOOR_TARGET : undefined),
     ratioLine('jose cost', pinpoint, find(rows, 'client_credentials', LEGACY_SIGNING)),
+    ...costLines(rows, judge),
+  ];
+}
+
+/** The figures of the cost cases at c=16, from their own rows; NaN where a row is missing or had errors. */
+function costFigures(rows: readonly Row[]): {
+  exchange?: Row;
+  exchangeReference?: Row;
+  exchangeCost: number;
+  dpop?: Row;
+  plain?: Row;
+  peerDpop?: Row;
+  peerPlain?: Row;
+  dpopCost: number;
+  dpopRatio: number;
+  plainRatio: number;
+} {
+  const exchange = find(rows, 'token_exchange', COST_LABELS.pinpoint);
+  const exchangeReference = find(rows, 'token_exchange', COST_LABELS.pinpointClientCredentials);
+  const dpop = find(rows, 'client_credentials+dpop', COST_LABELS.pinpoint);
+  const plain = find(rows, 'client_credentials+dpop', COST_LABELS.pinpointClientCredentials);
+  const peerDpop = find(rows, 'client_credentials+dpop', COST_LABELS.peer);
+  const peerPlain = find(rows, 'client_credentials+dpop', COST_LABELS.peerClientCredentials);
+  return {
+    exchange,
+    exchangeReference,
+    exchangeCost: cleanRatio(exchangeReference, exchange),
+    dpop,
+    plain,
+    peerDpop,
+    peerPlain,
+    dpopCost: cleanRatio(plain, dpop),
+    dpopRatio: cleanRatio(dpop, peerDpop),
+    plainRatio: cleanRatio(plain, peerPlain),
+  };
+}
+
+/** What went wrong with a cost line's rows, or undefined when every one was measured cleanly. */
+function costProblem(...rows: (Row | undefined)[]): string | undefined {
+  if (rows.some((row) => row === undefined)) return 'missing';
+  const errors = rows.reduce((sum, row) => sum + (row?.errors ?? 0), 0);
+  return errors > 0 ? `refused (${errors} errors)` : undefined;
+}
+
+/**
+ * The lines of the cost cases that ran (c=16; exact form, for scripts): token exchange against client_credentials, and
+ * client_credentials with a DPoP proof against without, on Pinpoint and against oidc-provider with one.
+ */
+export function costLines(rows: readonly Row[], judge = true): string[] {
+  const f = costFigures(rows);
+  const ran = (caseName: CostCaseName): boolean => rows.some((row) => row.caseName === caseName);
+  const lines: string[] = [];
+  if (ran('token_exchange')) {
+    const problem = costProblem(f.exchange, f.exchangeReference);
+    lines.push(
+      problem !== undefined
+        ? `token_exchange: ${problem}`
+        : judged(
+            `token_exchange: ${whole(f.exchange?.rate ?? Number.NaN)} vs client_credentials ${whole(f.exchangeReference?.rate ?? Number.NaN)}: cost ${fixed(f.exchangeCost, 2)}x`,
+            `<= ${EXCHANGE_COST_TARGET}x`,
+            judge ? f.exchangeCost <= EXCHANGE_COST_TARGET : undefined,
+          ),
+    );
+  }
+  if (ran('client_credentials+dpop')) {
+    const costProblemText = costProblem(f.dpop, f.plain);
+    lines.push(
+      costProblemText !== undefined
+        ? `client_credentials+dpop: ${costProblemText}`
+        : judged(
+            `client_credentials+dpop: pinpoint ${whole(f.dpop?.rate ?? Number.NaN)} / plain ${whole(f.plain?.rate ?? Number.NaN)} = cost ${fixed(f.dpopCost, 2)}x`,
+            `<= ${DPOP_COST_TARGET}x`,
+            judge ? f.dpopCost <= DPOP_COST_TARGET : undefined,
+          ),
+    );
+    const ratioProblem = costProblem(f.dpop, f.peerDpop, f.plain, f.peerPlain);
+    lines.push(
+      ratioProblem !== undefined
+        ? `ratio client_credentials+dpop: ${ratioProblem}`
+        : judged(
+            `ratio client_credentials+dpop: pinpoint ${whole(f.dpop?.rate ?? Number.NaN)} / oidc-provider ${whole(f.peerDpop?.rate ?? Number.NaN)} = ${fixed(f.dpopRatio, 2)}`,
+            `>= ratio client_credentials ${fixed(f.plainRatio, 2)}`,
+            judge ? f.dpopRatio >= f.plainRatio : undefined,
+          ),
+    );
+  }
+  return lines;
+}
+
+/** The targets of the cost cases, for the targets table. */
+function costTargets(rows: readonly Row[]): Target[] {
+  const f = costFigures(rows);
+  return [
+    { name: `token_exchange costs <= ${EXCHANGE_COST_TARGET}x client_credentials`, met: f.exchangeCost <= EXCHANGE_COST_TARGET, detail: `${fixed(f.exchangeCost, 2)}x at c=16` },
+    { name: `client_credentials with DPoP costs <= ${DPOP_COST_TARGET}x without`, met: f.dpopCost <= DPOP_COST_TARGET, detail: `${fixed(f.dpopCost, 2)}x at c=16` },
+    {
+      name: 'client_credentials+dpop against oidc-provider >= client_credentials against oidc-provider',
+      met: f.dpopRatio >= f.plainRatio,
+      detail: `${fixed(f.dpopRatio, 2)} against ${fixed(f.plainRatio, 2)} at c=16`,
+    },
   ];
 }
 
@@ -255,6 +373,23 @@ const INTROSPECTION =
   'access tokens (it finds only those: a JWT access token is stored under its jti, not its value), each token from a pool ' +
   'of 2,000 introspected over and over, as a resource server introspects the token of each call it receives.';
 
+/** What the token_exchange line compares, in one sentence. */
+const EXCHANGE_TEXT =
+  'token_exchange: a resource server (a configured confidential client with token_exchange { subject_audience = [its ' +
+  'address] }, HTTP Basic) exchanges person access tokens addressed to it (200 of them, each from a refresh-token ' +
+  "exchange of the bench client naming that resource, exchanged in turn over and over: Pinpoint remembers verified " +
+  "tokens, and checks the subject token's grant on every call) for a token naming one resource of its own audience " +
+  '(RFC 8693, DESIGN.md §12); against client_credentials on the same Pinpoint process (SQLite), interleaved, cost = ' +
+  'client_credentials req/s / token_exchange req/s. oidc-provider has no token exchange: no ratio to it.';
+
+/** What the client_credentials+dpop lines compare, in one sentence. */
+const DPOP_TEXT =
+  'client_credentials+dpop: client_credentials with a DPoP proof (RFC 9449: typ dpop+jwt, ES256, jwk in the header, ' +
+  'htm POST, htu the issuer + /token, iat now, a unique jti) on every request, each proof used once, made by the driver ' +
+  "with jose right before each segment; every answer must be 200 with token_type DPoP (and a sampled token's cnf.jkt the " +
+  "proof key's). Interleaved in one case: Pinpoint (SQLite) and oidc-provider, each with and without proofs; the cost is " +
+  "Pinpoint's plain rate over its DPoP rate, and the ratio to oidc-provider with proofs is held to the plain ratio of the same case.";
+
 /** The PostgreSQL scale line (exact form, for scripts). */
 function postgresLines(postgres: PostgresResult): string[] {
   const prefix = 'scale postgres 2 instances';
@@ -338,6 +473,7 @@ export function evaluateTargets(rows: readonly Row[], scaleRows: readonly Row[],
     met: pinpointRows.every((row) => row.p99 < 10),
     detail: worst === undefined ? '-' : `worst ${fixed(worst.p99, 2)} ms (${worst.caseName}, ${worst.server})`,
   });
+  targets.push(...costTargets(rows));
   const errors = [...rows, ...scaleRows].reduce((sum, row) => sum + row.errors, 0);
   targets.push({ name: 'error count 0', met: errors === 0, detail: `${errors} errors over every case and server` });
   const [small, large] = scaleRows;
@@ -479,6 +615,10 @@ export async function writeResults(
     STORM_TEXT,
     '',
     INTROSPECTION,
+    '',
+    EXCHANGE_TEXT,
+    '',
+    DPOP_TEXT,
     '',
     '### Targets',
     '',

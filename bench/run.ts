@@ -21,6 +21,16 @@
  * The introspection case asks each server about access tokens it issued (a pool of them, introspected in turn over and
  * over, as resource servers do): see INTROSPECTION in report.ts for what each side introspects.
  *
+ * Two cases measure a request against Pinpoint's client_credentials on the same server process, interleaved, and
+ * print a cost (client_credentials req/s over theirs):
+ * - "token_exchange" (DESIGN.md §12, RFC 8693): a configured confidential client with a token_exchange block exchanges
+ *   200 person access tokens addressed to it (made beforehand by refresh-token exchanges of the bench client, reused
+ *   in turn) for a token naming one resource of its own audience. oidc-provider has no token exchange: no ratio to it.
+ * - "client_credentials+dpop" (DESIGN.md §13, RFC 9449): client_credentials with a DPoP proof per request, the proofs
+ *   made by the driver with jose right before each segment (each is used once; the server takes an iat within 60 s),
+ *   beside plain client_credentials, on Pinpoint and on oidc-provider (DPoP on by default in v9), so the ratio with
+ *   proofs can be held to the ratio without.
+ *
  * Two lines compare Pinpoint with itself. "jose cost": client_credentials at c=16 also runs a second Pinpoint whose
  * dist/crypto/jwt.js is replaced by bench/legacy-jwt.ts (the previous node:crypto signing) through a resolution hook
  * loaded into that process only (bench/legacy-signing.ts). "scale postgres": refresh on one PostgreSQL database with
@@ -43,7 +53,7 @@ import { cpus, loadavg, tmpdir } from 'node:os';
 import { dirname, isAbsolute, join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
-import { API, AUDIENCE, SCOPE, startNodeFlags, tasksetAvailable, type PoolKind } from './common.js';
+import { API, AUDIENCE, DOWNSTREAM, EXCHANGE_BASIC_AUTH, EXCHANGE_CLIENT_ID, SCOPE, startNodeFlags, tasksetAvailable, type PoolKind } from './common.js';
 import type { BodySpec, Expectation, RunResult, RunSpec } from './driver.js';
 import { createBenchDatabase, describeServer, serverAddress, type BenchDatabase } from './postgres.js';
 import { hashPasswordWithCli, PASSWORD, startCliServer, writeDeployment, type CliServer } from './cli-server.js';
@@ -70,6 +80,8 @@ import { summariseProfile } from './profile.js';
 import {
   baselineLines,
   CASES,
+  COST_CASES,
+  COST_LABELS,
   evaluateTargets,
   issueTargets,
   LEGACY_SIGNING,
@@ -81,6 +93,7 @@ import {
   workersLine,
   writeResults,
   type CaseName,
+  type CostCaseName,
   type PostgresResult,
   type ReleaseResult,
   type Row,
@@ -130,6 +143,10 @@ const timing = smoke
 const SCALE = smoke ? { small: 10_000, large: 20_000 } : { small: 10_000, large: 1_000_000 };
 /** Access tokens per server for the introspection case: introspected in turn, over and over (none is spent). */
 const ACCESS_POOL = smoke ? 200 : 2000;
+/** DPoP proofs per second of a run at the least (ensureProofs): the driver makes about 10,000 a second. */
+const MIN_PROOF_RATE = 4000;
+/** Subject tokens per server for token_exchange: one person's token is exchanged for each downstream call, so a modest pool reused in turn. */
+const EXCHANGE_SUBJECTS = 200;
 /** Refresh on PostgreSQL: total connections, split evenly over the instances. */
 const POSTGRES_CONNECTIONS = 16;
 
@@ -170,8 +187,15 @@ interface Leg {
   readonly path: string;
   readonly body: BodySpec;
   readonly expect: Expectation;
-  /** expectedRate: the most req/s this leg should reach, for sizing its pool before the case has measured it. */
-  readonly pool?: { readonly kind: PoolKind; readonly name: string; readonly preseeded: boolean; readonly expectedRate?: number };
+  /** The Authorization header (default: the bench client's HTTP Basic). */
+  readonly authorization?: string;
+  /**
+   * expectedRate: the most req/s this leg should reach, for sizing its pool before the case has measured it; count:
+   * how many lines a reusable pool (kind access) holds (default ACCESS_POOL).
+   */
+  readonly pool?: { readonly kind: PoolKind; readonly name: string; readonly preseeded: boolean; readonly expectedRate?: number; readonly count?: number };
+  /** A DPoP proof per request (RFC 9449) from the driver's pool `name`, made for POST `htu` right before each run. */
+  readonly proofs?: { readonly name: string; readonly htu: string };
 }
 
 /** One row of the table: one server, or several loaded at once with the connections split evenly over them. */
@@ -257,7 +281,7 @@ async function ensurePool(leg: Leg, key: string, connections: number, seconds: n
   const pool = leg.pool;
   // Pre-seeded pools were sized from the measured refresh rate; running dry shows up as errors.
   if (pool === undefined || pool.preseeded) return;
-  if (pool.kind === 'access') return seedOnce(leg.server, pool.name);
+  if (pool.kind === 'access') return seedOnce(leg.server, pool.name, pool.count ?? ACCESS_POOL);
   // The case's own rate once measured (its warm-up); before that, the leg's expected rate or the server's best at
   // this concurrency (client_credentials runs first and is the fastest case). Cold (smoke mode), first rates say little.
   const measured = caseRate.get(`${group}|${key}`);
@@ -273,13 +297,30 @@ async function ensurePool(leg: Leg, key: string, connections: number, seconds: n
   await unlink(file);
 }
 
+/**
+ * A fresh pool of DPoP proofs for `seconds` of this leg, made by the driver right before the run that spends them (a
+ * proof is used once, and the server takes its iat for 60 s only; what the run before left is dropped). Sized for
+ * the most of: the server's best rate at this concurrency (its plain client_credentials, faster than with proofs),
+ * twice the leg's own, and MIN_PROOF_RATE, since a cold warm-up's rates undersize the next run; and for the whole
+ * seconds autocannon runs (it stops on the tick after the duration: 3 s for 2.5). A pool that runs dry voids the
+ * segment and sends unproven requests until that tick.
+ */
+async function ensureProofs(leg: Leg, key: string, connections: number, seconds: number, group: string): Promise<void> {
+  if (leg.proofs === undefined) return;
+  const measured = caseRate.get(`${group}|${key}`) ?? 0;
+  const best = bestRate.get(`${leg.server.name}|c${connections}`) ?? bestRate.get(`${leg.server.name}|c16`) ?? 0;
+  const rate = Math.max(2 * measured, best, MIN_PROOF_RATE);
+  const count = Math.ceil(rate * (Math.floor(seconds) + 1)) + 4 * connections + 200;
+  await driver.call('proofs', { name: leg.proofs.name, htu: leg.proofs.htu, count });
+}
+
 const seededAccessPools = new Set<string>();
 
-/** The introspection pool of `server`: ACCESS_POOL access tokens it issued, made once (introspection spends none). */
-async function seedOnce(server: Server, name: string): Promise<void> {
+/** A reusable pool of `server`: `count` access tokens it issued, made once (introspection and exchange spend none). */
+async function seedOnce(server: Server, name: string, count: number): Promise<void> {
   if (seededAccessPools.has(name)) return;
   const file = join(temp, `pool-${(poolFiles += 1)}.txt`);
-  await server.peer.call('seed', { kind: 'access', count: ACCESS_POOL, file });
+  await server.peer.call('seed', { kind: 'access', count, file });
   await driver.call('pool', { name, file });
   await unlink(file);
   seededAccessPools.add(name);
@@ -344,6 +385,7 @@ async function runOnce(participant: Participant, connections: number, seconds: n
   const split = shares(connections, participant.legs.length);
   const keyOf = (leg: Leg): string => `${participant.label}|${leg.server.name}`;
   await Promise.all(participant.legs.map((leg, i) => ensurePool(leg, keyOf(leg), split[i] as number, seconds, group, 2)));
+  await Promise.all(participant.legs.map((leg, i) => ensureProofs(leg, keyOf(leg), split[i] as number, seconds, group)));
   // Each server's process and its children (the workers of `pinpoint serve`).
   const pids = participant.legs.map((leg) => leg.server.peer.pid);
   const cpuBefore = pids.map(cpuOfTree);
@@ -361,6 +403,8 @@ async function runOnce(participant: Participant, connections: number, seconds: n
         body: leg.body,
         expect: leg.expect,
         ...(series === undefined ? {} : { series }),
+        ...(leg.authorization === undefined ? {} : { authorization: leg.authorization }),
+        ...(leg.proofs === undefined ? {} : { proofs: leg.proofs.name }),
       };
       return driver.call<RunResult>('run', { spec });
     }),
@@ -482,7 +526,7 @@ async function runCase(
 const ccBody: BodySpec = { kind: 'static', text: `grant_type=client_credentials&scope=${SCOPE}` };
 
 /** `server` under `caseName`; a pooled case draws from the pool `poolName` (default: one pool per server and case). */
-function legFor(caseName: CaseName, server: Server, poolName?: string): Leg {
+function legFor(caseName: CaseName | CostCaseName, server: Server, poolName?: string): Leg {
   const oidc = server.name === 'oidc-provider';
   switch (caseName) {
     case 'client_credentials':
@@ -501,7 +545,40 @@ function legFor(caseName: CaseName, server: Server, poolName?: string): Leg {
       // oidc-provider answers introspection at its default path.
       return { server, path: oidc ? '/token/introspection' : '/introspect', body: { kind: 'introspect', pool: name }, expect: { shape: 'active' }, pool: { kind: 'access', name, preseeded: false } };
     }
+    case 'token_exchange': {
+      if (oidc) throw new Error('oidc-provider has no token exchange (RFC 8693): token_exchange runs on Pinpoint only');
+      // The subject tokens: access tokens for API from refresh-token exchanges of the bench client, exchanged in turn.
+      const name = poolName ?? `${server.name}:subject`;
+      return {
+        server,
+        path: '/token',
+        body: { kind: 'exchange', pool: name, resource: DOWNSTREAM },
+        authorization: EXCHANGE_BASIC_AUTH,
+        expect: { shape: 'token', aud: DOWNSTREAM, refreshToken: false, issuer: server.issuer, actor: EXCHANGE_CLIENT_ID },
+        pool: { kind: 'access', name, preseeded: false, count: EXCHANGE_SUBJECTS },
+      };
+    }
+    case 'client_credentials+dpop': {
+      const plain = legFor('client_credentials', server);
+      // htu: the token endpoint exactly as the issuer names it (RFC 9449 §4.2).
+      return { ...plain, expect: { ...plain.expect, tokenType: 'DPoP' }, proofs: { name: poolName ?? `${server.name}:dpop`, htu: `${server.issuer}/token` } };
+    }
   }
+}
+
+/** The rows of a cost case (report.ts COST_LABELS): the request measured, and plain client_credentials on the same process. */
+function costParticipants(caseName: CostCaseName, pinpoint: Server, peer: Server): Participant[] {
+  const clientCredentials = (server: Server): Leg => legFor('client_credentials', server);
+  if (caseName === 'token_exchange') {
+    return [single(COST_LABELS.pinpointClientCredentials, clientCredentials(pinpoint)), single(COST_LABELS.pinpoint, legFor(caseName, pinpoint))];
+  }
+  // Plain first: in smoke mode (no warm-up) its rate sizes the proof pool of the DPoP leg after it.
+  return [
+    single(COST_LABELS.pinpointClientCredentials, clientCredentials(pinpoint)),
+    single(COST_LABELS.pinpoint, legFor(caseName, pinpoint)),
+    single(COST_LABELS.peerClientCredentials, clientCredentials(peer)),
+    single(COST_LABELS.peer, legFor(caseName, peer)),
+  ];
 }
 
 function participantsFor(caseName: CaseName, list: readonly { label: string; server: Server }[]): Participant[] {
@@ -527,7 +604,7 @@ const LEGACY_SIGNING_HOOK = pathToFileURL(join(here, 'legacy-signing.ts')).href;
 const POSTGRES_EXPECTED_RATE = smoke ? 1500 : 2000;
 
 /** `server`, backed by PostgreSQL, under `caseName`; its pool (named `pool`) is sized from POSTGRES_EXPECTED_RATE until measured. */
-function postgresLeg(caseName: CaseName, server: Server, pool: string): Leg {
+function postgresLeg(caseName: CaseName | CostCaseName, server: Server, pool: string): Leg {
   const leg = legFor(caseName, server, pool);
   return leg.pool === undefined ? leg : { ...leg, pool: { ...leg.pool, expectedRate: POSTGRES_EXPECTED_RATE } };
 }
@@ -556,7 +633,7 @@ async function startTarget(nodeOptions: readonly string[]): Promise<{ server: Se
 }
 
 /** One server under one case at c=16, with the V8 profiler (and perf) on for the measured segments only (no seeding, no warm-up). */
-async function profileRun(caseName: CaseName): Promise<void> {
+async function profileRun(caseName: CaseName | CostCaseName): Promise<void> {
   const nodeOptions = options.perf ? ['--perf-basic-prof-only-functions'] : [];
   const { server, database } = await startTarget(nodeOptions);
   try {
@@ -852,6 +929,9 @@ async function runCases(): Promise<Row[]> {
       if (withLegacy) log(`  ${LEGACY_SIGNING}: ${(await signingOf(legacy)).signatures ?? 0} JWTs signed by bench/legacy-jwt.ts (node:crypto)`);
     }
   }
+  for (const caseName of COST_CASES.filter(selected)) {
+    for (const connections of concurrencies) rows.push(...(await runCase(caseName, connections, costParticipants(caseName, sqlite, oidc))));
+  }
   const logSize = await stat(join(temp, 'pinpoint-sqlite.log')).then((s) => s.size, () => 0);
   log(`  pinpoint sqlite access log: ${(logSize / 1e6).toFixed(1)} MB written at level info`);
   await stopAll([...servers]);
@@ -861,13 +941,14 @@ async function runCases(): Promise<Row[]> {
 async function main(): Promise<number> {
   await driver.ready;
   if (options.profile !== undefined) {
-    if (!(CASES as readonly string[]).includes(options.profile)) throw new Error(`--profile takes one of ${CASES.join(', ')}`);
-    await profileRun(options.profile as CaseName);
+    const profilable: readonly string[] = [...CASES, ...COST_CASES];
+    if (!profilable.includes(options.profile)) throw new Error(`--profile takes one of ${profilable.join(', ')}`);
+    await profileRun(options.profile as CaseName | CostCaseName);
     return 0;
   }
 
   if (options.baseline !== undefined) return baselineRun(options.baseline);
-  const rows = CASES.some(selected) ? await runCases() : [];
+  const rows = [...CASES, ...COST_CASES].some(selected) ? await runCases() : [];
   // A part that breaks off is reported on its lines (and fails the run) without losing the figures of the others.
   const failed: string[] = [];
   /** Logs why `part` broke off, in full, and returns the first line of it for the part's report lines. */

@@ -10,7 +10,7 @@ import { randomUUID } from 'node:crypto';
 import { writeFile } from 'node:fs/promises';
 import Database from 'better-sqlite3';
 import { sqliteStatement } from '../src/store/dialect.js';
-import { grantParams, refreshTokenParams } from '../src/store/rows.js';
+import { grantParams, refreshTokenInsertParams } from '../src/store/rows.js';
 import { GRANT_EXPIRY_SLACK_MS } from '../src/store/rules.js';
 import { SQL, type Statement } from '../src/store/sql.js';
 import { SqliteStore } from '../src/store/sqlite.js';
@@ -64,7 +64,7 @@ const insertBatch = db.transaction((from: number, to: number, now: number): void
     insertGrant.run(...grantParams(grant));
     for (let t = 0; t < tokensPerGrant; t += 1) {
       const token = newRefreshToken(grant.id, now, REFRESH_LIFETIME_MS);
-      insertToken.run(...refreshTokenParams(token.record));
+      insertToken.run(...refreshTokenInsertParams(token.record));
       if (tokenIndex % stride === 0 && written < wanted) {
         handedOut.push(token.value);
         written += 1;
