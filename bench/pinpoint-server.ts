@@ -137,7 +137,8 @@ let seeded = 0;
  * Store calls issued together, in order, then awaited: the SQLite store commits each such batch at once. On PostgreSQL
  * fewer: a call waits at most 2 s for one of the pool's connections before the store counts as unavailable.
  */
-const SEED_BATCH = state.kind === 'postgres' ? 100 : 500;
+// PostgreSQL: twice the pool's 10 connections at most, so no call waits for a connection past the store's 2 s on a busy machine.
+const SEED_BATCH = state.kind === 'postgres' ? 20 : 500;
 
 /** `count` pool lines, each from `seedOne`, whose store calls are issued SEED_BATCH items at a time and awaited per batch. */
 async function seedInBatches(count: number, seedOne: () => { calls: Promise<unknown>[]; line: string }): Promise<string[]> {
