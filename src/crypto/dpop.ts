@@ -1,9 +1,9 @@
 /**
  * DPoP proofs (RFC 9449 §4.3, DESIGN.md §13): verified by jose with the public key the proof carries in its own
- * header (EmbeddedJWK), the checks named by the RFC made explicitly so each refusal says what was wrong. Pure: the
+ * header (imported by jose, remembered per key), the checks named by the RFC made explicitly so each refusal says what was wrong. Pure: the
  * caller records the proof's jti as used (store), and turns a refusal into `invalid_dpop_proof`.
  */
-import { calculateJwkThumbprint, decodeProtectedHeader, EmbeddedJWK, errors, jwtVerify, type JWK, type JWTPayload } from 'jose';
+import { calculateJwkThumbprint, decodeProtectedHeader, errors, importJWK, jwtVerify, type CryptoKey, type JWK, type JWTPayload, type KeyObject } from 'jose';
 import { sha256 } from './digest.js';
 import { ASYMMETRIC_ALGS, privateMembersOf } from './jwk-set.js';
 
@@ -38,6 +38,33 @@ export interface ProofExpectation {
 }
 
 const refuse = (reason: string): ProofCheck => ({ ok: false, reason });
+
+/** RFC 7638 §3.2: the members that make a public key what it is, per key type; the rest never changes the key. */
+const KEY_MEMBERS: Readonly<Record<string, readonly string[]>> = { EC: ['crv', 'kty', 'x', 'y'], RSA: ['e', 'kty', 'n'], OKP: ['crv', 'kty', 'x'] };
+
+/** Keys imported from proofs, remembered: a client sends one key with every proof. Bounded, oldest out first. */
+const REMEMBERED_KEYS = 10_000;
+const importedKeys = new Map<string, Promise<{ readonly key: CryptoKey | KeyObject | Uint8Array; readonly jkt: string }>>();
+
+/**
+ * The proof's key, imported by jose once per key and algorithm (importing costs about as much as verifying), with its
+ * RFC 7638 thumbprint; only the members that define the key are read, so the remembered key is exactly the one used.
+ */
+function proofKey(jwk: Record<string, unknown>, alg: string): Promise<{ readonly key: CryptoKey | KeyObject | Uint8Array; readonly jkt: string }> {
+  const members = KEY_MEMBERS[String(jwk.kty)];
+  if (members === undefined || members.some((member) => typeof jwk[member] !== 'string')) return Promise.reject(new Error('unusable jwk'));
+  const publicJwk = Object.fromEntries(members.map((member) => [member, jwk[member]])) as JWK;
+  const cacheKey = `${alg}:${JSON.stringify(publicJwk)}`;
+  let imported = importedKeys.get(cacheKey);
+  if (imported === undefined) {
+    imported = Promise.all([importJWK(publicJwk, alg), calculateJwkThumbprint(publicJwk, 'sha256')]).then(([key, jkt]) => ({ key, jkt }));
+    // A key that fails to import is not remembered: the next proof tries again and is refused again.
+    imported.catch(() => importedKeys.delete(cacheKey));
+    if (importedKeys.size >= REMEMBERED_KEYS) importedKeys.delete(importedKeys.keys().next().value as string);
+    importedKeys.set(cacheKey, imported);
+  }
+  return imported;
+}
 
 /** RFC 9449 §4.3: htu is compared without query and fragment, after URL normalisation (scheme and host case, default port). */
 function comparableUrl(text: string): string | undefined {
@@ -90,8 +117,11 @@ export async function verifyDpopProof(proof: string, expected: ProofExpectation)
   if (privateMembersOf(jwk as Record<string, unknown>).length > 0) return refuse("the DPoP proof's jwk header must hold a public key, without private key members");
 
   let payload: JWTPayload;
+  let jkt: string;
   try {
-    ({ payload } = await jwtVerify(proof, EmbeddedJWK, {
+    const { key, jkt: thumbprint } = await proofKey(jwk as Record<string, unknown>, header.alg);
+    jkt = thumbprint;
+    ({ payload } = await jwtVerify(proof, key, {
       typ: 'dpop+jwt',
       algorithms: [...DPOP_ALGS],
       requiredClaims: ['jti', 'htm', 'htu', 'iat'],
@@ -114,7 +144,6 @@ export async function verifyDpopProof(proof: string, expected: ProofExpectation)
   if (expected.accessToken !== undefined && (payload as { ath?: unknown }).ath !== accessTokenHashOf(expected.accessToken)) {
     return refuse("the DPoP proof's ath is not the hash of the access token presented with it");
   }
-  const jkt = await calculateJwkThumbprint(jwk as JWK, 'sha256');
   // Keyed by the key and the jti, hashed to a fixed length; counted as used for as long as iat could still be accepted.
   const id = sha256(`${jkt}.${jti}`).toString('hex');
   return { ok: true, proof: { jkt, replay: { id, expiresAt: (iat + PROOF_WINDOW_SECONDS + 1) * 1000 } } };
