@@ -7,7 +7,7 @@
  *   npm run bench                     full run (about 15 minutes), adds its section at the top of bench/RESULTS.md
  *   npm run bench -- --smoke          every case for 1 s, small scale seed, no thresholds (CI)
  *   npm run bench -- --profile CASE   Pinpoint (SQLite) under CASE at c=16 with the V8 profiler, then the hottest functions
- *                                     (--target oidc-provider|pinpoint-memory|pinpoint-postgres to profile another; --perf adds Linux perf,
+ *                                     (--target oidc-provider|pinpoint-memory|pinpoint-postgres|pinpoint-same-signing|v0.2.0 to profile another; --perf adds Linux perf,
  *                                     native code, kernel and every thread included)
  *   npm run bench -- --keep           keep the temp folder (databases, access logs, pools, profiles)
  *   npm run bench -- --only A,B       only these cases (names as in the table, `scale`, `postgres`, `v0.2.0`, `workers` or `storm`); no RESULTS.md
@@ -618,6 +618,11 @@ async function startTarget(nodeOptions: readonly string[]): Promise<{ server: Se
       return { server: await startServer('pinpoint-memory', 'pinpoint-server.ts', pinpointEnv('memory'), { nodeOptions }) };
     case 'pinpoint-sqlite':
       return { server: await startServer('pinpoint-sqlite', 'pinpoint-server.ts', pinpointEnv('sqlite', join(temp, 'pinpoint.db')), { nodeOptions }) };
+    // The two sides of the "baseline ... (same signing)" lines, to profile each alone under the same load.
+    case 'pinpoint-same-signing':
+      return { server: await startServer('release-same-signing', 'pinpoint-server.ts', pinpointEnv('sqlite', join(temp, 'pinpoint.db')), { nodeOptions, imports: [LEGACY_SIGNING_HOOK] }) };
+    case 'v0.2.0':
+      return { server: await startServer('release-v0.2.0', (await prepareRelease(log)).server, pinpointEnv('sqlite', join(temp, 'pinpoint.db')), { nodeOptions }) };
     case 'pinpoint-postgres': {
       const database = await createBenchDatabase();
       try {
@@ -628,7 +633,7 @@ async function startTarget(nodeOptions: readonly string[]): Promise<{ server: Se
       }
     }
     default:
-      throw new Error('--target takes one of pinpoint-sqlite, pinpoint-memory, pinpoint-postgres, oidc-provider');
+      throw new Error('--target takes one of pinpoint-sqlite, pinpoint-same-signing, v0.2.0, pinpoint-memory, pinpoint-postgres, oidc-provider');
   }
 }
 
