@@ -4,8 +4,8 @@ import { hash, timingSafeEqual } from 'node:crypto';
 /** crypto.hash (Node 20.12+) makes no Hash object per digest, which /token pays for on every request. */
 export const sha256 = (data: string): Buffer => hash('sha256', data, 'buffer');
 
-/** The hex SHA-256 the store keeps of a code, refresh token, device code or session id. */
-export const digestOf = (secret: string): string => sha256(secret).toString('hex');
+/** The hex SHA-256 the store keeps of a code, refresh token, device code or session id (hex straight from the hash: no Buffer between). */
+export const digestOf = (secret: string): string => hash('sha256', secret, 'hex');
 
 /** True when `presented` hashes to `expected` (a SHA-256); compares digests, so the time does not depend on the lengths. */
 export function matchesDigest(presented: string, expected: Buffer): boolean {
@@ -14,4 +14,4 @@ export function matchesDigest(presented: string, expected: Buffer): boolean {
 }
 
 /** RFC 7636 §4.6: BASE64URL(SHA256(code_verifier)). */
-export const pkceChallengeOf = (verifier: string): string => sha256(verifier).toString('base64url');
+export const pkceChallengeOf = (verifier: string): string => hash('sha256', verifier, 'base64url');

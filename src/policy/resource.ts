@@ -108,8 +108,8 @@ export function decideTokenAudience(input: {
   const shape = decideResourceParameter(input.grantType, input.requested);
   if (!shape.ok) return shape;
   const named = shape.value;
-  const scope = [...input.tokenScope, ...input.grantScope];
-  const providerScope = providerScopeOf(scope);
+  // The first provider scope of the token's scope, then of the grant's: no joined list is made on the usual path.
+  const providerScope = providerScopeOf(input.tokenScope) ?? providerScopeOf(input.grantScope);
   if (providerScope !== undefined) {
     // Naming the issuer asks for what naming nothing gives: the provider alone.
     if (named !== undefined && named !== input.issuer) return refuse(providerOnly(named, providerScope));
@@ -118,6 +118,7 @@ export function decideTokenAudience(input: {
     if (input.grantResources.length > 0 && !input.grantResources.includes(named)) return refuse(notInAuthorization(named));
     return allow(named);
   }
+  const scope = [...input.tokenScope, ...input.grantScope];
   return allow(audienceClaim(grantAudience({ client: input.client, issuer: input.issuer, scope, resources: input.grantResources })));
 }
 

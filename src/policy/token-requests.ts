@@ -149,6 +149,8 @@ export function narrowGrant<G extends GrantBounds>(grant: G, client: PolicyClien
   if (grant.resources.length > 0 && resources.length === 0) {
     return refuse(invalidGrant('none of the resources of this grant may still be asked for by this client'));
   }
+  // Nothing dropped (the usual case): the grant itself, not a copy made on every refresh.
+  if (scope.length === grant.scope.length && resources.length === grant.resources.length) return allow(grant);
   return allow({ ...grant, scope, resources });
 }
 

@@ -30,9 +30,8 @@ export interface RefreshTokenGrantDeps extends PersonGrantDeps {
 
 export function refreshTokenGrant(deps: RefreshTokenGrantDeps): GrantHandler<ValidRefresh> {
   const { store } = deps;
-  /** The state the policy judges: a rotated token of this client within its grace names its (live) grant. */
-  async function stateOf(lookup: RefreshLookup, clientId: string, graceMs: number, now: number): Promise<{ state: RefreshState; grant?: Grant }> {
-    if (lookup.status === 'active') return { state: lookup, grant: lookup.grant };
+  /** The state the policy judges of a token that is not active: a rotated token of this client within its grace names its (live) grant. */
+  async function inactiveStateOf(lookup: Exclude<RefreshLookup, { status: 'active' }>, clientId: string, graceMs: number, now: number): Promise<{ state: RefreshState; grant?: Grant }> {
     if (lookup.status === 'rotated' && lookup.clientId === clientId && withinReuseGrace(lookup.rotatedAt, graceMs, now)) {
       const grant = await store.findGrant(lookup.grantId, now);
       if (grant !== undefined) return { state: { status: 'within-grace', grant }, grant };
@@ -59,7 +58,8 @@ export function refreshTokenGrant(deps: RefreshTokenGrantDeps): GrantHandler<Val
         : undefined;
       const unbound = bindingRefusal(boundKey, proofKey);
       if (unbound !== undefined) return { ok: false, error: unbound };
-      const { state, grant } = await stateOf(lookup, client.clientId, client.refreshReuseGraceMs, now);
+      // An active token is judged as found: no further read, so no await for it.
+      const { state, grant } = lookup.status === 'active' ? { state: lookup, grant: lookup.grant } : await inactiveStateOf(lookup, client.clientId, client.refreshReuseGraceMs, now);
       const subjectExists = grant === undefined || deps.isKnownSubject(grant.subject);
       const decision = decideRefresh({ client, issuer: deps.issuer, state, requestedScope, requested, subjectExists });
       if (!decision.ok) return decision;
