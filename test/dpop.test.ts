@@ -6,7 +6,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import type { FastifyInstance, LightMyRequestResponse } from 'fastify';
-import { SignJWT } from 'jose';
+import { importJWK, SignJWT } from 'jose';
 import type { Config } from '../src/config/types.js';
 import { createLogger } from '../src/log.js';
 import { openStore } from '../src/store/open.js';
@@ -116,6 +116,24 @@ for (const kind of STORE_KINDS) {
       assert.equal(bearer.json().token_type, 'Bearer');
       assert.equal(claimsOf(bearer.json().access_token).cnf, undefined);
       assert.equal((await introspect(bearer.json().access_token)).json().token_type, 'Bearer');
+    });
+
+    test('a key is remembered once imported, yet every proof is verified: a forged proof carrying a remembered key is refused', async () => {
+      const rsa = await newKey('RS256');
+      // One RSA key under two algorithms: each proof is checked with the algorithm it names.
+      const pss: ClientKey = { ...rsa, alg: 'PS256', privateKey: (await importJWK(await privateJwkOf(rsa), 'PS256')) as ClientKey['privateKey'] };
+      for (const signer of [rsa, pss]) {
+        const response = await token(t.app, clientCredentials, { dpop: await proof(signer, { htu: TOKEN }) });
+        assert.equal(response.statusCode, 200, `${signer.alg}: ${response.body}`);
+        assert.deepEqual(claimsOf(response.json().access_token).cnf, { jkt: rsa.jkt });
+      }
+      // Members beside the key's own (RFC 7638 §3.2) change neither the key nor its thumbprint.
+      const decorated = await proof(key, { htu: TOKEN, header: { jwk: { ...key.publicJwk, use: 'sig', kid: 'any' } } });
+      const same = await token(t.app, clientCredentials, { dpop: decorated });
+      assert.equal(same.statusCode, 200, same.body);
+      assert.deepEqual(claimsOf(same.json().access_token).cnf, { jkt: key.jkt });
+      const forged = await proof(key, { htu: TOKEN, signWith: await newKey('ES256') });
+      assertProofRefused(await token(t.app, clientCredentials, { dpop: forged }), /signature does not verify/);
     });
 
     test('htu is compared without query and fragment; scheme and host case do not matter', async () => {
