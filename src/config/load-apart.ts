@@ -15,22 +15,27 @@ export type LoadOutcome =
 /** The child's module beside this one: load-child.ts under the TypeScript sources (the parent's loader flags go along), .js in dist/. */
 const CHILD = new URL(`./load-child${import.meta.url.endsWith('.ts') ? '.ts' : '.js'}`, import.meta.url);
 
+/** Reading a config takes well under a second; a reader still running after this is stuck (e.g. a file that never ends). */
+const READER_TIMEOUT_MS = 60_000;
+
 export function loadConfigApart(file: string): Promise<{ config: Config; warnings: string[] }> {
   return new Promise((resolve, reject) => {
     // Advanced serialization carries the config's Maps; the child inherits the parent's execArgv (e.g. tsx in tests).
     const child = fork(CHILD, [file], { serialization: 'advanced', stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
-    let answered = false;
+    let answer: LoadOutcome | undefined;
     child.once('message', (message: LoadOutcome) => {
-      answered = true;
-      if (message.ok) resolve({ config: refreeze(message.config), warnings: message.warnings });
-      else if ('failure' in message) reject(new Error(message.failure));
-      else reject(new ConfigInvalid(message.problems, message.warnings));
+      answer = message;
     });
-    child.once('error', (error) => {
-      if (!answered) reject(error);
-    });
+    child.once('error', reject);
+    // A reader that neither answers nor ends is stopped: its exit then refuses the load.
+    const stuck = setTimeout(() => child.kill('SIGKILL'), READER_TIMEOUT_MS);
+    // The outcome counts once the reader is gone, so nothing acts on a config while its reader still runs.
     child.once('exit', (code) => {
-      if (!answered) reject(new Error(`the config could not be read (the reader exited with ${code})`));
+      clearTimeout(stuck);
+      if (answer === undefined) reject(new Error(`the config could not be read (the reader exited with ${code})`));
+      else if (answer.ok) resolve({ config: refreeze(answer.config), warnings: answer.warnings });
+      else if ('failure' in answer) reject(new Error(answer.failure));
+      else reject(new ConfigInvalid(answer.problems, answer.warnings));
     });
   });
 }

@@ -18,4 +18,5 @@ async function outcome(): Promise<LoadOutcome> {
 }
 
 const answer = await outcome();
-process.send?.(answer, undefined, {}, () => process.disconnect?.());
+// Written to the channel once the callback runs: then nothing is left to do (the parser may hold timers of its own).
+process.send?.(answer, undefined, {}, () => process.exit(0));
