@@ -7,7 +7,6 @@ import type { JWTVerifyGetKey } from 'jose';
 import { ClientKeySets } from './private-key-jwt.js';
 import type { AssertionKeys, ClientRecord, Config, DynamicClientsConfig } from '../config/types.js';
 import { randomText } from '../crypto/random.js';
-import { dynamicClientDeclared } from '../policy/grant-eligibility.js';
 import { parseScope } from '../policy/scope.js';
 import type { RegisteredClientRecord, RegisteredClientStore } from '../store/types.js';
 import type { MetadataDocument, MetadataDocuments } from './metadata-document.js';
@@ -52,8 +51,6 @@ function dynamicClient(
   const asked = described.scope === undefined ? undefined : parseScope(described.scope);
   // A registered scope narrows what the client may ask within the block's scopes, and is its default (DESIGN.md §9).
   const scopes = asked === undefined ? dynamic.scopes : dynamic.scopes.filter((value) => asked.includes(value));
-  // Only a client that declared refresh_token gets refresh tokens (DESIGN.md §9); the grant check asks the same rule.
-  const refreshes = dynamicClientDeclared(described.grantTypes, 'refresh_token');
   return {
     clientId,
     kind: secretDigest === undefined && assertionKeys === undefined ? 'public' : 'confidential',
@@ -63,7 +60,8 @@ function dynamicClient(
     redirectUris: described.redirectUris,
     audience: dynamic.audience,
     scopes,
-    ...(refreshes && dynamic.refreshLifetimeMs !== undefined && { refreshLifetimeMs: dynamic.refreshLifetimeMs }),
+    // Whether it gets refresh tokens at all (it declared refresh_token, DESIGN.md §9) is policy/grant-eligibility.ts's to say.
+    ...(dynamic.refreshLifetimeMs !== undefined && { refreshLifetimeMs: dynamic.refreshLifetimeMs }),
     ...(asked !== undefined ? { defaultScope: asked } : dynamic.defaultScope !== undefined ? { defaultScope: dynamic.defaultScope } : {}),
     postLogoutRedirectUris: [],
     idTokenSigningAlg: 'RS256',

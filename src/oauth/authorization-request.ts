@@ -1,5 +1,6 @@
 /** Validation of an authorization request (RFC 6749 §4.1.1, RFC 7636, RFC 8707, DESIGN.md §4). No I/O. */
 import type { ClientRecord } from '../config/types.js';
+import { refreshLifetimeOf } from '../policy/grant-eligibility.js';
 import { OAuthError } from '../policy/oauth-error.js';
 import { all, checkLimits, LIMITS, repeatedParameter, single, type Params } from '../http/params.js';
 import { decideAuthorizeResources } from '../policy/resource.js';
@@ -97,7 +98,7 @@ function scopeOf(params: Params, client: ClientRecord): readonly string[] | OAut
   const scope = sentScope === undefined ? [...(client.defaultScope ?? [])] : parseScope(sentScope);
   if (scope === undefined) return new OAuthError('invalid_scope', 'scope is malformed');
   // DESIGN.md §9: offline_access asks for nothing more than refresh_lifetime gives, so clients that refresh may send it.
-  const askable = client.refreshLifetimeMs === undefined ? client.scopes : [...client.scopes, 'offline_access'];
+  const askable = refreshLifetimeOf(client) === undefined ? client.scopes : [...client.scopes, 'offline_access'];
   const scopeDecision = decideRequestedScope(scope, askable);
   return scopeDecision.ok ? scopeDecision.value : scopeDecision.error;
 }

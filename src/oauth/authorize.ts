@@ -3,6 +3,7 @@
  * GET /authorize/resume, where sign-in sends the browser back to continue the login request kept on the server.
  */
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
+import { refreshLifetimeOf } from '../policy/grant-eligibility.js';
 import { sameBrowser } from '../session/csrf.js';
 import { isDocumentUrl, type ClientDirectory } from '../clients/directory.js';
 import type { CookieSettings } from '../http/cookies.js';
@@ -80,7 +81,7 @@ async function finish(deps: AuthorizeRouteDeps, request: FastifyRequest, reply: 
   const redirect = await completeAuthorization(deps.store, deps.issuer, authorization, session, now);
   // A registered client lives while grants of it are made (DESIGN.md §9 clean-up); a grant lasts its refresh lifetime.
   if (client.dynamic?.source === 'registration') {
-    await deps.store.keepRegisteredClient(client.clientId, now + (client.refreshLifetimeMs ?? 0) + UNUSED_REGISTRATION_MS);
+    await deps.store.keepRegisteredClient(client.clientId, now + (refreshLifetimeOf(client) ?? 0) + UNUSED_REGISTRATION_MS);
   }
   return pageHeaders(reply).redirect(redirect, 303);
 }
