@@ -76,16 +76,6 @@ function comparableUrl(text: string): string | undefined {
 /** RFC 9449 §4.2 ath: base64url of the SHA-256 of the access token's ASCII text. */
 export const accessTokenHashOf = (accessToken: string): string => sha256(accessToken).toString('base64url');
 
-/** The one DPoP header value of a request, from Node's raw header list (RFC 9449 §4.3 check 1: exactly one). */
-export function dpopHeaderOf(rawHeaders: readonly string[]): { readonly value?: string } | { readonly error: string } {
-  const values: string[] = [];
-  for (let index = 0; index + 1 < rawHeaders.length; index += 2) {
-    if ((rawHeaders[index] as string).toLowerCase() === 'dpop') values.push(rawHeaders[index + 1] as string);
-  }
-  if (values.length > 1) return { error: 'more than one DPoP header was sent; send exactly one proof' };
-  return values.length === 1 ? { value: values[0] } : {};
-}
-
 /** Why jose refused the proof, in words for the client. */
 function joseReason(error: unknown): string {
   if (error instanceof errors.JWTExpired) return 'the DPoP proof has expired (exp)';

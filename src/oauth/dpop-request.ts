@@ -4,7 +4,7 @@
  * `invalid_dpop_proof`; no proof, header or key material ever reaches a log line (log.ts redacts the header).
  */
 import type { FastifyRequest } from 'fastify';
-import { dpopHeaderOf, verifyDpopProof, type DpopProof } from '../crypto/dpop.js';
+import { verifyDpopProof, type DpopProof } from '../crypto/dpop.js';
 import { OAuthError } from '../policy/oauth-error.js';
 import type { ReplayStore } from '../store/types.js';
 
@@ -16,18 +16,24 @@ export interface DpopRequestDeps {
 
 export const invalidProof = (description: string, status = 400): OAuthError => new OAuthError('invalid_dpop_proof', description, status);
 
-/** The issuer's scheme, host and port: a request's URL as the issuer sees it is this and the request's path. */
-const originOf = (issuer: string): string => new URL(issuer).origin;
+/** The one DPoP header's value (RFC 9449 §4.3 check 1): Node joins repeated headers with ", ", which no JWT holds. */
+function dpopHeaderOf(request: FastifyRequest): { readonly value?: string } | { readonly error: string } {
+  const value = request.headers.dpop;
+  if (value === undefined) return {};
+  if (typeof value !== 'string' || value.includes(',')) return { error: 'more than one DPoP header was sent; send exactly one proof' };
+  return { value };
+}
 
 /**
  * The verified proof the request carries, undefined when it carries none; throws invalid_dpop_proof for a refused
  * one. `accessToken` is the token the proof must name (ath) at a protected resource. The jti is not recorded here.
  */
 export async function proofOf(deps: DpopRequestDeps, request: FastifyRequest, accessToken?: string, status = 400): Promise<DpopProof | undefined> {
-  const header = dpopHeaderOf(request.raw.rawHeaders);
+  const header = dpopHeaderOf(request);
   if ('error' in header) throw invalidProof(header.error, status);
   if (header.value === undefined) return undefined;
-  const url = `${originOf(deps.issuer)}${request.url.split('?')[0] ?? ''}`;
+  // The request's URL as the issuer sees it: the issuer's scheme, host and port, and the request's path.
+  const url = `${new URL(deps.issuer).origin}${request.url.split('?')[0] ?? ''}`;
   const check = await verifyDpopProof(header.value, { method: request.method, url, now: deps.now(), ...(accessToken !== undefined && { accessToken }) });
   if (!check.ok) throw invalidProof(check.reason, status);
   return check.proof;
