@@ -149,6 +149,17 @@ for (const kind of STORE_KINDS) {
       assertInvalidClient(await post(t.app, '/token', [...clientCredentials, ...withAssertion(again)]), /already used/);
     });
 
+    test('a request refused after the client authenticated records nothing: its assertion stays usable (DESIGN.md §1)', async () => {
+      const good = await assertion(signerKey, { clientId: 'signer', audience: ISSUER });
+      const refused = await post(t.app, '/token', [['grant_type', 'client_credentials'], ['scope', 'not-allowed'], ...withAssertion(good)]);
+      assert.equal(refused.statusCode, 400, refused.body);
+      assert.equal(refused.json().error, 'invalid_scope');
+      const pushedBadly = await post(t.app, '/par', [['response_type', 'token'], ...withAssertion(good)]);
+      assert.equal(pushedBadly.statusCode, 400, pushedBadly.body);
+      assert.equal((await post(t.app, '/token', [...clientCredentials, ...withAssertion(good)])).statusCode, 200, 'the assertion was not used up');
+      assertInvalidClient(await post(t.app, '/token', [...clientCredentials, ...withAssertion(good)]), /already used/);
+    });
+
     test('/revoke, /introspect and /par take assertions addressed to the issuer or to themselves', async () => {
       const issued = await post(t.app, '/token', [...clientCredentials, ...withAssertion(await assertion(signerKey, { clientId: 'signer', audience: ISSUER }))]);
       const accessToken = issued.json().access_token as string;

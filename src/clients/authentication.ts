@@ -68,8 +68,23 @@ export function readClientCredentials(authorization: string | undefined, params:
   };
 }
 
-/** Checks a private_key_jwt client's assertion at one endpoint and records its jti, or throws invalid_client. */
-export type AssertionVerifier = (client: ClientRecord, assertion: string) => Promise<void>;
+/**
+ * Records a request's one-time credential (a client assertion's jti, RFC 7523 §3) as used, or throws invalid_client
+ * when it was used before. Endpoints call it once every other check of the request passed and before any state
+ * changes, so a refused request writes nothing (DESIGN.md §1); for a secret or a public client it does nothing.
+ */
+export type CredentialUse = () => Promise<void>;
+
+const NOTHING_TO_RECORD: CredentialUse = async () => undefined;
+
+/** A client that proved who it is, and what its request must record before it changes anything. */
+export interface AuthenticatedClient {
+  readonly client: ClientRecord;
+  readonly useCredentialOnce: CredentialUse;
+}
+
+/** Checks a private_key_jwt client's assertion at one endpoint, or throws invalid_client; its jti is recorded later. */
+export type AssertionVerifier = (client: ClientRecord, assertion: string) => Promise<CredentialUse>;
 
 /** What checking assertions reads: the issuer, the clock, and the keys of a client (directory.ts assertionKeysOf). */
 export interface AssertionSources {
@@ -81,11 +96,9 @@ export interface AssertionSources {
 }
 
 /**
- * The assertion check of the endpoint at `path` (DESIGN.md §13: `aud` may name the issuer or this URL). The jti is
- * recorded as soon as the assertion itself passes, before the rest of the request is judged: authentication is whole
- * before anything else is decided (DESIGN.md §1: a replay revokes a grant only for an authenticated client), and an
- * assertion is made for one request (RFC 7523 §3), so recording it for a request refused later costs the client
- * nothing and keeps a captured assertion from being tried again with other parameters.
+ * The assertion check of the endpoint at `path` (DESIGN.md §13: `aud` may name the issuer or this URL). Its jti is
+ * recorded by the CredentialUse it returns, which the endpoint calls before its request changes state (a replay's
+ * grant revocation included), so a refused request writes nothing and a replayed assertion revokes nothing.
  */
 export function assertionVerifier(sources: AssertionSources, replays: ReplayStore, path: string): AssertionVerifier {
   const endpointUrl = `${sources.issuer}${path}`;
@@ -96,7 +109,9 @@ export function assertionVerifier(sources: AssertionSources, replays: ReplayStor
     const check = await verifyClientAssertion(assertion, keys.keys, { clientId: client.clientId, issuer: sources.issuer, endpointUrl, now });
     if (!check.ok) throw invalidClient(check.reason);
     const { id, expiresAt } = check.accepted.replay;
-    if (!(await replays.markUsedOnce('client_assertion', id, expiresAt, now))) throw invalidClient('the client assertion was already used (its jti was seen before)');
+    return async () => {
+      if (!(await replays.markUsedOnce('client_assertion', id, expiresAt, sources.now()))) throw invalidClient('the client assertion was already used (its jti was seen before)');
+    };
   };
 }
 
@@ -128,7 +143,7 @@ export async function authenticateIntrospectionCaller(
   clients: { get(clientId: string): ClientRecord | undefined },
   resourceServers: ReadonlyMap<string, ResourceServerRecord>,
   verifyAssertion: AssertionVerifier,
-): Promise<IntrospectionCaller> {
+): Promise<{ readonly caller: IntrospectionCaller; readonly useCredentialOnce: CredentialUse }> {
   const { claimedClientId, bodyClientId, bodySecret } = presented;
   const basic = presented.basic === undefined ? undefined : (labelSentUnencoded(presented.basic, resourceServers) ?? presented.basic);
   const callerId = basic?.id ?? claimedClientId;
@@ -139,11 +154,11 @@ export async function authenticateIntrospectionCaller(
     if (basic !== undefined && bodyClientId !== undefined && bodyClientId !== basic.id) throw invalidClient('client_id does not match the credentials');
     const secret = basic?.secret ?? bodySecret;
     if (secret === undefined || !secretMatches(server, secret)) throw invalidClient('client authentication failed');
-    return { kind: 'resource_server', label: server.label };
+    return { caller: { kind: 'resource_server', label: server.label }, useCredentialOnce: NOTHING_TO_RECORD };
   }
-  const client = await authenticateClient(presented, clients, verifyAssertion);
+  const { client, useCredentialOnce } = await authenticateClient(presented, clients, verifyAssertion);
   if (client.kind !== 'confidential') throw invalidClient('only resource servers and confidential clients may introspect tokens');
-  return { kind: 'client', client };
+  return { caller: { kind: 'client', client }, useCredentialOnce };
 }
 
 /**
@@ -171,7 +186,7 @@ export async function authenticateClient(
   presented: PresentedCredentials,
   clients: { get(clientId: string): ClientRecord | undefined },
   verifyAssertion: AssertionVerifier,
-): Promise<ClientRecord> {
+): Promise<AuthenticatedClient> {
   const { basic, bodyClientId, bodySecret } = presented;
   if (presented.malformedBasic) throw invalidClient('the Authorization header is not valid HTTP Basic');
   // RFC 6749 §2.3.1: a client must not use more than one authentication method in a request.
@@ -183,7 +198,7 @@ export async function authenticateClient(
     if (client === undefined) throw invalidClient('client authentication failed');
     if (client.assertionKeys !== undefined) throw noSecretOfKeyClient();
     if (!secretMatches(client, basic.secret)) throw invalidClient('client authentication failed');
-    return client;
+    return { client, useCredentialOnce: NOTHING_TO_RECORD };
   }
   if (bodyClientId === undefined) throw invalidClient('client authentication is required');
   const client = clients.get(bodyClientId);
@@ -193,10 +208,10 @@ export async function authenticateClient(
   }
   if (bodySecret !== undefined) {
     if (!secretMatches(client, bodySecret)) throw invalidClient('client authentication failed');
-    return client;
+    return { client, useCredentialOnce: NOTHING_TO_RECORD };
   }
   if (client.kind === 'confidential') throw invalidClient('this client must authenticate with its secret');
-  return client;
+  return { client, useCredentialOnce: NOTHING_TO_RECORD };
 }
 
 /** private_key_jwt (RFC 7523 §2.2): the assertion alone authenticates; client_id, when sent, must name the same client. */
@@ -205,7 +220,7 @@ async function authenticateByAssertion(
   assertion: NonNullable<PresentedCredentials['assertion']>,
   clients: { get(clientId: string): ClientRecord | undefined },
   verifyAssertion: AssertionVerifier,
-): Promise<ClientRecord> {
+): Promise<AuthenticatedClient> {
   // RFC 6749 §2.3: one authentication method per request.
   if (presented.basic !== undefined || presented.bodySecret !== undefined) {
     throw invalidRequest('use one client authentication method: a client assertion or a client secret, not both');
@@ -217,8 +232,7 @@ async function authenticateByAssertion(
   const client = clients.get(clientId);
   if (client === undefined) throw invalidClient('client authentication failed');
   if (client.assertionKeys === undefined) throw invalidClient('this client does not authenticate with private_key_jwt');
-  await verifyAssertion(client, assertion.jwt);
-  return client;
+  return { client, useCredentialOnce: await verifyAssertion(client, assertion.jwt) };
 }
 
 /** The one client a request claims to be, looked up beforehand (dynamic clients need I/O), as authenticateClient's map. */

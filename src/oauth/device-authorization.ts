@@ -50,7 +50,7 @@ export function deviceAuthorizationRoutes(deps: DeviceAuthorizationRouteDeps): F
   return async (app) => {
     app.post('/device_authorization', async (request, reply) =>
       handleFormEndpoint(deps, request, reply, async (params, presented) => {
-        const client = await authenticateClient(presented, await claimedClient(deps.clients, presented), verifyAssertion);
+        const { client, useCredentialOnce } = await authenticateClient(presented, await claimedClient(deps.clients, presented), verifyAssertion);
         if (!mayUseGrant(client, DEVICE_CODE_GRANT)) throw new OAuthError('unauthorized_client', 'this client may not use the device authorization flow');
         // DESIGN.md §5: device tokens are for the whole audience, so any `resource` is refused, never ignored.
         unwrap(decideResourceParameter('device_code', all(params, 'resource')));
@@ -58,6 +58,7 @@ export function deviceAuthorizationRoutes(deps: DeviceAuthorizationRouteDeps): F
         if (requestedScope === undefined) throw new OAuthError('invalid_scope', 'scope is malformed');
         const scope = unwrap(decideRequestedScope(requestedScope, client.scopes));
 
+        await useCredentialOnce();
         const now = deps.now();
         const deviceCode = newSecret();
         const userCode = await storeNewAuthorization({

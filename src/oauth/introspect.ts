@@ -97,10 +97,11 @@ export function introspectionRoutes(deps: IntrospectionRouteDeps): FastifyPlugin
   return async (app) => {
     app.post('/introspect', async (request, reply) =>
       handleFormEndpoint(deps, request, reply, async (params, presented) => {
-        const caller = await authenticateIntrospectionCaller(presented, await claimedClient(deps.clients, presented), deps.resourceServers, verifyAssertion);
+        const { caller, useCredentialOnce } = await authenticateIntrospectionCaller(presented, await claimedClient(deps.clients, presented), deps.resourceServers, verifyAssertion);
         request.clientId = caller.kind === 'client' ? caller.client.clientId : caller.label;
         const token = single(params, 'token');
         if (token === undefined) throw invalidRequest('token is required');
+        await useCredentialOnce();
         // token_type_hint only orders the attempts (RFC 7662 §2.1); the shape tells them apart anyway.
         const body = looksLikeJwt(token) ? await accessToken(caller, token) : await refreshToken(caller, token);
         return { body };

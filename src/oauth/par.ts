@@ -52,7 +52,7 @@ export function parRoutes(deps: ParRouteDeps): FastifyPluginAsync {
   return async (app) => {
     app.post('/par', async (request, reply) =>
       handleFormEndpoint(deps, request, reply, async (params, presented) => {
-        const client = await authenticateClient(presented, await claimedClient(deps.clients, presented), verifyAssertion);
+        const { client, useCredentialOnce } = await authenticateClient(presented, await claimedClient(deps.clients, presented), verifyAssertion);
         request.clientId = client.clientId;
         const pushed = authorizationParameters(params, client.clientId);
         const validation = validateAuthorizationRequest(pushed, { found: true, client }, deps.issuer, 'par');
@@ -61,6 +61,7 @@ export function parRoutes(deps: ParRouteDeps): FastifyPluginAsync {
           const error = 'page' in validation ? validation.page : validation.redirect.error;
           throw new OAuthError(error.code, error.description, 400);
         }
+        await useCredentialOnce();
         const now = deps.now();
         const secret = newSecret();
         const record: PushedRequestRecord = { digest: secret.digest, clientId: client.clientId, parameters: [...pushed], expiresAt: now + PUSHED_REQUEST_LIFETIME_MS };

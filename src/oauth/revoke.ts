@@ -57,9 +57,10 @@ export function revocationRoutes(deps: RevocationRouteDeps): FastifyPluginAsync 
   return async (app) => {
     app.post('/revoke', async (request, reply) =>
       handleFormEndpoint(deps, request, reply, async (params, presented) => {
-        const client = await authenticateClient(presented, await claimedClient(deps.clients, presented), verifyAssertion);
+        const { client, useCredentialOnce } = await authenticateClient(presented, await claimedClient(deps.clients, presented), verifyAssertion);
         const token = single(params, 'token');
         if (token === undefined) throw invalidRequest('token is required');
+        await useCredentialOnce();
         const target = await whatToRevoke(client.clientId, token);
         if (target !== undefined) {
           if ('grantId' in target) await store.revokeGrant(target.grantId);

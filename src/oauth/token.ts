@@ -65,17 +65,21 @@ export function tokenRoutes(deps: TokenRouteDeps): FastifyPluginAsync {
         if (grantType === undefined) throw new OAuthError('invalid_request', 'grant_type is required');
         const handler = grants.get(grantType);
         if (handler === undefined) throw new OAuthError('unsupported_grant_type', `grant_type "${grantType}" is not supported`);
-        // RFC 9449 §5: a proof is judged before the client (it writes nothing; an assertion's jti is recorded).
+        // RFC 9449 §5: a proof is judged before the client; neither records its jti until the grant has judged the request.
         const proof = await proofOf(deps, request);
-        const client = await authenticateClient(presented, await claimedClient(deps.clients, presented), verifyAssertion);
+        const { client, useCredentialOnce } = await authenticateClient(presented, await claimedClient(deps.clients, presented), verifyAssertion);
         const unproven = proofRequirement(client, proof !== undefined);
         if (unproven !== undefined) throw unproven;
         const audit = (fields: Record<string, unknown>): void => {
           request.audit = fields;
         };
         const now = deps.now();
-        const binding = proof === undefined ? {} : { proofKey: proof.jkt, beforeChanges: () => useProofOnce(store, proof, now) };
-        const body = await runGrant(handler, store, deps.metrics, { client, params, now, log: request.log, audit, ...binding });
+        // Every one-time credential of the request is used up before it changes state, a replay's revocation included.
+        const beforeChanges = async (): Promise<void> => {
+          await useCredentialOnce();
+          if (proof !== undefined) await useProofOnce(store, proof, now);
+        };
+        const body = await runGrant(handler, store, deps.metrics, { client, params, now, log: request.log, audit, beforeChanges, ...(proof !== undefined && { proofKey: proof.jkt }) });
         return { body };
       }),
     );

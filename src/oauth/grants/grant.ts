@@ -21,7 +21,10 @@ export interface TokenRequest {
   readonly audit: (fields: Record<string, unknown>) => void;
   /** RFC 9449: the thumbprint of the key of the request's valid DPoP proof; the tokens issued are bound to it. */
   readonly proofKey?: string;
-  /** The last check, once validate() accepted the request and before respond() changes state (the proof's jti, used once). */
+  /**
+   * The last check before the request changes state, a replay's revocation included: its one-time credentials (a
+   * client assertion's and a DPoP proof's jti) are used up, or it is refused; nothing is written before.
+   */
   readonly beforeChanges?: () => Promise<void>;
 }
 
@@ -35,7 +38,10 @@ export interface GrantHandler<Validated> {
 export async function runGrant<V>(handler: GrantHandler<V>, grants: GrantStore, metrics: Pick<Metrics, 'tokensIssued' | 'refreshReuse'>, request: TokenRequest): Promise<TokenResponse> {
   const decision = await handler.validate(request);
   if (!decision.ok) {
-    if (decision.revokeGrant !== undefined) await revokeReplayed(grants, metrics, request, decision.revokeGrant, handler.grantType);
+    if (decision.revokeGrant !== undefined) {
+      await request.beforeChanges?.();
+      await revokeReplayed(grants, metrics, request, decision.revokeGrant, handler.grantType);
+    }
     throw decision.error;
   }
   await request.beforeChanges?.();
