@@ -192,7 +192,7 @@ describe('token exchange, rows 7-11: the subject token', () => {
 
 describe('token exchange, rows 12-14: the decision', () => {
   const decide = (request: { resource?: string; requestedScope?: readonly string[] } = {}, grantStands = true, subjectToken: SubjectToken = subject()) =>
-    decideTokenExchange({ client: caller, request: { subjectToken: 'x', requestedScope: [], ...request }, subject: subjectToken, grantStands });
+    decideTokenExchange({ client: caller, issuer: ISSUER, request: { subjectToken: 'x', requestedScope: [], ...request }, subject: subjectToken, grantStands });
 
   test('row 12: a subject token whose grant no longer stands is invalid_grant', () => {
     assertRefused(decide({}, false), 'invalid_grant', BAD_SUBJECT);
@@ -207,7 +207,7 @@ describe('token exchange, rows 12-14: the decision', () => {
 
   test('row 13: without resource the token is for the caller\'s whole audience, in config order', () => {
     assert.deepEqual(value(decide()).audience, caller.audience);
-    const single = decideTokenExchange({ client: { ...caller, audience: [INVENTORY] }, request: { subjectToken: 'x', requestedScope: [] }, subject: subject(), grantStands: true });
+    const single = decideTokenExchange({ client: { ...caller, audience: [INVENTORY] }, issuer: ISSUER, request: { subjectToken: 'x', requestedScope: [] }, subject: subject(), grantStands: true });
     assert.equal(value(single).audience, INVENTORY);
   });
 

@@ -10,8 +10,11 @@ import { requestableReason } from './requestable.js';
 /** Scopes whose tokens are for the provider alone (DESIGN.md §5 "provider scopes"). */
 export const PROVIDER_SCOPES: readonly string[] = ['ssh', 'nfs', 'app_password', 'wireguard', 'wireguard_peers'];
 
-/** Grant types that refuse `resource` (DESIGN.md §5): resource indicators come with code and refresh only. */
-export type GrantType = 'authorization_code' | 'refresh_token' | 'client_credentials' | 'device_code';
+/**
+ * The token requests the resource rules know (DESIGN.md §5, §12): client_credentials and the device grant refuse
+ * `resource`; code exchange, refresh and token exchange take it at most once.
+ */
+export type GrantType = 'authorization_code' | 'refresh_token' | 'client_credentials' | 'device_code' | 'token_exchange';
 
 export interface ResourceClient {
   readonly clientId: string;

@@ -22,7 +22,7 @@
  */
 import { MAX_ACT_DEPTH, actDepth, nestAct, type ActClaim } from './act-chain.js';
 import { OAuthError, invalidGrant } from './oauth-error.js';
-import { PROVIDER_SCOPES, audienceClaim, isNameable, notRequestable, resourceRepeated, type Audience } from './resource.js';
+import { PROVIDER_SCOPES, decideResourceParameter, decideTokenAudience, type Audience } from './resource.js';
 import type { PolicyClient } from './token-requests.js';
 import { allow, refuse, type Decision } from './decision.js';
 import { grantRefusal, mayUseGrant, TOKEN_EXCHANGE_GRANT } from './grant-eligibility.js';
@@ -75,7 +75,8 @@ export function mayExchangeTokens(client: ExchangeClient): boolean {
 export function checkTokenExchangeRequest(client: ExchangeClient, sent: ExchangeParameters): Decision<ExchangeRequest> {
   const ineligible = grantRefusal(client, TOKEN_EXCHANGE_GRANT);
   if (ineligible !== undefined) return refuse(ineligible);
-  if (sent.resources.length > 1) return refuse(resourceRepeated());
+  const named = decideResourceParameter('token_exchange', sent.resources);
+  if (!named.ok) return named;
   // RFC 8693 §2.1 lets a second token name the actor; here the authenticated caller is the actor, always.
   if (sent.actorToken) return refuse(badRequest('actor_token is not supported: the authenticated client is the actor'));
   if (sent.actorTokenType) return refuse(badRequest('actor_token_type is not supported: it goes with actor_token, which is not taken'));
@@ -87,7 +88,7 @@ export function checkTokenExchangeRequest(client: ExchangeClient, sent: Exchange
     return refuse(badRequest(`requested_token_type must be ${ACCESS_TOKEN_TYPE}, the only type issued`));
   }
   if (sent.requestedScope === undefined) return refuse(new OAuthError('invalid_scope', 'scope is malformed'));
-  const resource = sent.resources[0];
+  const resource = named.value;
   return allow({ subjectToken: sent.subjectToken, ...(resource !== undefined && { resource }), requestedScope: sent.requestedScope });
 }
 
@@ -156,6 +157,7 @@ export interface Exchange {
 /** Rows 12-14: with the state of the subject token's grant, the new token's `aud`, `scope` and `act`. */
 export function decideTokenExchange(input: {
   readonly client: ExchangeClient;
+  readonly issuer: string;
   readonly request: ExchangeRequest;
   readonly subject: SubjectToken;
   /** DESIGN.md §8 access-token state of the subject token: its grant lives and its person and clients are configured. */
@@ -163,13 +165,14 @@ export function decideTokenExchange(input: {
 }): Decision<Exchange> {
   const { client, request, subject } = input;
   if (!input.grantStands) return refuse(badSubjectToken());
-  // DESIGN.md §5 against the caller's audience: exactly an entry that can be named; without one, the whole audience.
-  const { resource } = request;
-  if (resource !== undefined && !isNameable(client, resource)) return refuse(notRequestable(resource));
-  const audience = resource ?? audienceClaim(client.audience);
+  // DESIGN.md §5 against the caller's audience, by the one resource policy: a nameable entry, else the whole audience
+  // (no provider scope crosses an exchange, and no authorization named resources).
+  const named = request.resource === undefined ? [] : [request.resource];
+  const audience = decideTokenAudience({ grantType: 'token_exchange', client, issuer: input.issuer, grantScope: [], tokenScope: [], grantResources: [], requested: named });
+  if (!audience.ok) return audience;
   const scope = decideExchangeScope(request.requestedScope, subject.scope, client.scopes);
   if (!scope.ok) return scope;
-  return allow({ audience, scope: scope.value, act: nestAct(client.clientId, subject.act) });
+  return allow({ audience: audience.value, scope: scope.value, act: nestAct(client.clientId, subject.act) });
 }
 
 /**
