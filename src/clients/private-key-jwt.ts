@@ -7,6 +7,7 @@ import { createLocalJWKSet, errors, jwtVerify, type CryptoKey, type JSONWebKeySe
 import type { AssertionKeys } from '../config/types.js';
 import { sha256 } from '../crypto/digest.js';
 import { ASYMMETRIC_ALGS } from '../crypto/jwk-set.js';
+import { isUsableJti, MAX_JTI_LENGTH, type UsedOnce } from '../crypto/used-once.js';
 
 /** RFC 7523 §2.2: the one client_assertion_type. */
 export const JWT_BEARER_ASSERTION = 'urn:ietf:params:oauth:client-assertion-type:jwt-bearer';
@@ -14,12 +15,10 @@ export const JWT_BEARER_ASSERTION = 'urn:ietf:params:oauth:client-assertion-type
 /** DESIGN.md §13: an assertion's exp is at most this far ahead, so a leaked one is short-lived and its jti record too. */
 export const MAX_ASSERTION_LIFETIME_SECONDS = 300;
 
-/** A jti longer than this is no random identifier; refused so the store never keys on attacker-sized text. */
-const MAX_JTI_LENGTH = 256;
 
 /** What an accepted assertion leaves to record: its jti, used once (RFC 7523 §3 item 7), until it expires. */
 export interface AcceptedAssertion {
-  readonly replay: { readonly id: string; readonly expiresAt: number };
+  readonly replay: UsedOnce;
 }
 
 export type AssertionCheck = { readonly ok: true; readonly accepted: AcceptedAssertion } | { readonly ok: false; readonly reason: string };
@@ -97,7 +96,7 @@ export async function verifyClientAssertion(assertion: string, keys: JWTVerifyGe
   if (exp > expected.now / 1000 + MAX_ASSERTION_LIFETIME_SECONDS) {
     return { ok: false, reason: `the client assertion's exp is more than ${MAX_ASSERTION_LIFETIME_SECONDS / 60} minutes ahead` };
   }
-  if (typeof jti !== 'string' || jti.length === 0 || jti.length > MAX_JTI_LENGTH) {
+  if (!isUsableJti(jti)) {
     return { ok: false, reason: `the client assertion's jti must be a string of 1 to ${MAX_JTI_LENGTH} characters` };
   }
   const id = sha256(`${expected.clientId}\n${jti}`).toString('hex');

@@ -6,6 +6,7 @@
 import { calculateJwkThumbprint, decodeProtectedHeader, errors, importJWK, jwtVerify, type CryptoKey, type JWK, type JWTPayload, type KeyObject } from 'jose';
 import { sha256 } from './digest.js';
 import { ASYMMETRIC_ALGS, privateMembersOf } from './jwk-set.js';
+import { isUsableJti, MAX_JTI_LENGTH, type UsedOnce } from './used-once.js';
 
 /** DESIGN.md §13 `dpop_signing_alg_values_supported`. */
 export const DPOP_ALGS = ASYMMETRIC_ALGS;
@@ -13,15 +14,13 @@ export const DPOP_ALGS = ASYMMETRIC_ALGS;
 /** RFC 9449 §11.1, DESIGN.md §13: a proof's iat may be this far from the server's clock, either way. */
 export const PROOF_WINDOW_SECONDS = 60;
 
-/** A jti longer than this is no random identifier; refused so the store never keys on attacker-sized text. */
-const MAX_JTI_LENGTH = 256;
 
 /** A verified proof: the key it binds to, and what to record so it is accepted once. */
 export interface DpopProof {
   /** RFC 7638 SHA-256 thumbprint of the proof's public key: a bound token's `cnf.jkt` (RFC 9449 §6.1). */
   readonly jkt: string;
   /** Recorded as used (kind `dpop`) until the proof's iat can no longer be accepted (RFC 9449 §11.1). */
-  readonly replay: { readonly id: string; readonly expiresAt: number };
+  readonly replay: UsedOnce;
 }
 
 export type ProofCheck = { readonly ok: true; readonly proof: DpopProof } | { readonly ok: false; readonly reason: string };
@@ -128,7 +127,7 @@ export async function verifyDpopProof(proof: string, expected: ProofExpectation)
   if (typeof iat !== 'number' || Math.abs(expected.now / 1000 - iat) > PROOF_WINDOW_SECONDS) {
     return refuse(`the DPoP proof's iat is not within ${PROOF_WINDOW_SECONDS} seconds of the server's time`);
   }
-  if (typeof jti !== 'string' || jti.length === 0 || jti.length > MAX_JTI_LENGTH) {
+  if (!isUsableJti(jti)) {
     return refuse(`the DPoP proof's jti must be a string of 1 to ${MAX_JTI_LENGTH} characters`);
   }
   if (expected.accessToken !== undefined && (payload as { ath?: unknown }).ath !== accessTokenHashOf(expected.accessToken)) {
