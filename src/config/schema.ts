@@ -1,7 +1,7 @@
 import { isIP } from 'node:net';
 import { z } from 'zod';
 import { isPasswordHash } from '../crypto/password.js';
-import { isAbsoluteUri, requestableReason } from '../policy/requestable.js';
+import { isAbsoluteUri } from '../policy/requestable.js';
 import { parseDuration } from './duration.js';
 import type { LimitsConfig } from './types.js';
 import { parseBaseUrl, parseIssuerUrl } from './urls.js';
@@ -353,21 +353,12 @@ export const clientSpec = spec(
   },
 );
 
-// DESIGN.md §12: a subject token is one addressed to the caller as a resource server, i.e. to a nameable address.
-const subjectAudienceEntry = text().superRefine((value, context) => {
-  const reason = requestableReason(value);
-  if (reason === 'logical name') {
-    context.addIssue({ code: 'custom', message: `${quote(value)} is not an absolute URI; list this client's own address as a resource server, e.g. "https://orders.example.org/"` });
-  } else if (reason === 'contains a fragment') {
-    context.addIssue({ code: 'custom', message: `${quote(value)} must not contain a fragment ("#..."); list an address that can be named as resource` });
-  }
-});
-
 /** A client's `token_exchange` block (DESIGN.md §3, §12). */
 export const tokenExchangeSpec = spec(
   z.strictObject({
+    // Each entry is checked against the clients' audiences in load.ts (nameableProblem).
     subject_audience: uniqueList(
-      subjectAudienceEntry,
+      text(),
       'URIs',
       'is required; list the addresses whose tokens this client may exchange, e.g. subject_audience = ["https://orders.example.org/"]',
     ).refine((values) => values.length > 0, { error: 'must list at least one entry, e.g. ["https://orders.example.org/"]' }),
