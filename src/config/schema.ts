@@ -5,6 +5,7 @@ import { isAbsoluteUri } from '../policy/requestable.js';
 import { parseDuration } from './duration.js';
 import type { LimitsConfig } from './types.js';
 import { parseBaseUrl, parseIssuerUrl } from './urls.js';
+import { wholeNumber } from './whole-number.js';
 import { workersAttribute } from './workers.js';
 
 /** One attribute-level complaint from a rule that looks at several attributes of a block. */
@@ -183,22 +184,14 @@ export const topLevelSpec = spec(
 );
 
 /** The most any limit may be set to: beyond it a limit no longer limits. */
-export const MAX_LIMIT = 1_000_000;
+const MAX_LIMIT = 1_000_000;
 
-const limit = z
-  .number({ error: (issue) => (typeof issue.input === 'string' ? 'must be a number without quotes, e.g. 300' : 'must be a whole number, e.g. 300') })
-  .refine((value) => Number.isInteger(value) && value >= 1 && value <= MAX_LIMIT, {
-    error: (issue) => `is ${String(issue.input)}; use a whole number from 1 to ${MAX_LIMIT}`,
-  });
+const limit = wholeNumber(MAX_LIMIT, 300);
 
 /** The most password checks at once (DESIGN.md §11): each holds about 128 MiB at the default scrypt cost. */
-export const MAX_PASSWORD_HASHES = 64;
+const MAX_PASSWORD_HASHES = 64;
 
-const passwordHashes = z
-  .number({ error: (issue) => (typeof issue.input === 'string' ? 'must be a number without quotes, e.g. 2' : 'must be a whole number, e.g. 2') })
-  .refine((value) => Number.isInteger(value) && value >= 1 && value <= MAX_PASSWORD_HASHES, {
-    error: (issue) => `is ${String(issue.input)}; use a whole number from 1 to ${MAX_PASSWORD_HASHES} (each check in flight holds about 128 MiB)`,
-  });
+const passwordHashes = wholeNumber(MAX_PASSWORD_HASHES, 2, ' (each check in flight holds about 128 MiB)');
 
 /** DESIGN.md §3 `limits`, with §4's numbers as defaults. */
 export const DEFAULT_LIMITS: LimitsConfig = Object.freeze({
