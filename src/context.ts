@@ -5,7 +5,7 @@
 import type { Config } from './config/types.js';
 import { VerifiedAccessTokens } from './crypto/jwt.js';
 import { KEY_TIMING, type KeyRing, type SigningKeys } from './crypto/keys.js';
-import { DEFAULT_PASSWORD_WAIT_MS, WAITING_PER_SLOT } from './crypto/password-pool.js';
+import { DEFAULT_PASSWORD_WAIT_MS, passwordWaitingRoom } from './crypto/password-pool.js';
 import type { ClientDirectory } from './clients/directory.js';
 import { cookieSettingsFor, type CookieSettings } from './http/cookies.js';
 import { createMetrics, type Metrics } from './http/metrics.js';
@@ -35,22 +35,16 @@ export interface AppLimits {
   readonly passwordHashes: number;
   /** How long a sign-in waits for a hashing slot before it gets 503 with Retry-After (§11: 5 s). */
   readonly passwordWaitMs: number;
-  /** Sign-ins that may wait for a hashing slot at once; more get 503 at once. Default: WAITING_PER_SLOT per slot. */
+  /** Sign-ins that may wait for a hashing slot at once; more get 503 at once. Always passwordWaitingRoom of the slots. */
   readonly passwordChecksWaiting: number;
 }
 
-export const DEFAULT_LIMITS: AppLimits = {
-  clientFailures: 300,
-  addressFailures: 300,
+/** The limits the config file does not set (DESIGN.md §4, §11); its `limits` block, always filled, sets the others. */
+export const DEFAULT_LIMITS: Pick<AppLimits, 'failureWindowMs' | 'loginWindowMs' | 'userCodeWindowMs' | 'passwordWaitMs'> = {
   failureWindowMs: 60_000,
-  loginFailures: 10,
-  loginFailuresAny: 100,
   loginWindowMs: 15 * 60_000,
-  userCodeFailures: 20,
   userCodeWindowMs: 15 * 60_000,
-  passwordHashes: 2,
   passwordWaitMs: DEFAULT_PASSWORD_WAIT_MS,
-  passwordChecksWaiting: WAITING_PER_SLOT * 2,
 };
 
 /** Verified access tokens remembered: about 1 KiB each, so at most about 10 MB. */
@@ -90,10 +84,9 @@ export function makeServices(
   store: GrantStore & RevokedTokenStore,
   options: { now?: () => number; limits?: Partial<AppLimits>; metrics?: Metrics; limiterLink?: LimiterLink } = {},
 ): AppServices {
-  // The config's `limits` block, then what a test asks for (windows, small numbers).
+  // The config's `limits` block beside the windows it does not set, then what a test asks for (windows, small numbers).
   const chosen = { ...DEFAULT_LIMITS, ...config.limits, ...options.limits };
-  // The waiting room grows with the slots unless set: each slot gets through its share of it within the wait.
-  const limits: AppLimits = { ...chosen, passwordChecksWaiting: options.limits?.passwordChecksWaiting ?? WAITING_PER_SLOT * chosen.passwordHashes };
+  const limits: AppLimits = { ...chosen, passwordChecksWaiting: passwordWaitingRoom(chosen.passwordHashes, options.limits?.passwordChecksWaiting) };
   const [only, ...others] = [...config.federations.keys()];
   // With no local users and exactly one upstream, a page offering one button is skipped.
   const skipToUpstream = config.users.size === 0 && only !== undefined && others.length === 0;

@@ -81,8 +81,8 @@ export async function startServer(config: Config, options: ServerOptions): Promi
   return { app, state: store.description, keyIds: keys.current.jwks.keys.flatMap((key) => (key.kid === undefined ? [] : [key.kid])), close };
 }
 
-/** The store as the operator configured it, without a password. */
-export function describeState(config: Config): string {
+/** The store as the operator configured it, without a password: the store cannot name itself when it did not open. */
+function describeState(config: Config): string {
   const state = config.state;
   if (state.kind === 'memory') return 'memory';
   if (state.kind === 'sqlite') return `sqlite ${state.path}`;

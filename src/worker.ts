@@ -4,7 +4,7 @@
  * flight before it exits 0. It never reads the config file itself.
  */
 import type { Logger } from 'pino';
-import { refreeze } from './config/frozen.js';
+import { deepFreeze } from './config/frozen.js';
 import { answerMetricsRequests, createMetrics } from './http/metrics.js';
 import { workerLink } from './http/shared-limiter.js';
 import { createLogger } from './log.js';
@@ -47,7 +47,7 @@ function stop(reason: string): void {
 }
 
 async function begin(start: StartMessage): Promise<void> {
-  const config = refreeze(start.config);
+  const config = deepFreeze(start.config);
   logger = createLogger(config.logLevel);
   const metrics = createMetrics({ processMetrics: true, worker: String(start.slot) });
   answerMetricsRequests(metrics.registry);

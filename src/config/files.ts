@@ -2,7 +2,8 @@ import { constants } from 'node:fs';
 import { open, stat, type FileHandle } from 'node:fs/promises';
 
 /** DESIGN.md §7: a file named by the config for a secret or keys holds at most this much. */
-export const MAX_CONFIG_FILE_BYTES = 64 * 1024;
+const MAX_CONFIG_FILE_BYTES = 64 * 1024;
+const tooLarge = (path: string): SmallFileResult => ({ error: `is larger than ${MAX_CONFIG_FILE_BYTES / 1024} KiB (${path}); it should hold one secret or key set` });
 
 /** What reading a secret file gave: the secret, or why not; plus a warning when others may read it. */
 export type SecretFileResult =
@@ -29,7 +30,7 @@ export async function readSmallFile(path: string): Promise<SmallFileResult> {
     const info = await handle.stat();
     if (info.isDirectory()) return { error: `is a directory, not a file (${path})` };
     if (!info.isFile()) return { error: `is not a regular file (${path}); name a file holding the value, not a pipe, socket or device` };
-    if (info.size > MAX_CONFIG_FILE_BYTES) return { error: `is larger than 64 KiB (${path}); it should hold one secret or key set` };
+    if (info.size > MAX_CONFIG_FILE_BYTES) return tooLarge(path);
     // Never more than the limit plus one byte, even if the file grew since fstat.
     const buffer = Buffer.alloc(MAX_CONFIG_FILE_BYTES + 1);
     let length = 0;
@@ -38,7 +39,7 @@ export async function readSmallFile(path: string): Promise<SmallFileResult> {
       if (bytesRead === 0) break;
       length += bytesRead;
     }
-    if (length > MAX_CONFIG_FILE_BYTES) return { error: `is larger than 64 KiB (${path}); it should hold one secret or key set` };
+    if (length > MAX_CONFIG_FILE_BYTES) return tooLarge(path);
     return { text: buffer.toString('utf8', 0, length), mode: info.mode };
   } catch (error) {
     return { error: describeFsError(error, path) };

@@ -24,17 +24,14 @@ export function frozenMap<K, V>(entries: Iterable<readonly [K, V]>): ReadonlyMap
   return new FrozenMap(entries);
 }
 
-/** Freezes plain objects and arrays all the way down; maps are frozen with frozenMap. */
+/**
+ * Freezes a config all the way down: plain objects and arrays in place, each Map as a frozenMap of frozen entries. Also
+ * how a config that another process received (structured clone: plain Maps, nothing frozen) is frozen again as loaded.
+ * A frozen value, a frozenMap among them, is returned as it is.
+ */
 export function deepFreeze<T>(value: T): T {
   if (typeof value !== 'object' || value === null || Object.isFrozen(value)) return value;
-  for (const child of Object.values(value)) deepFreeze(child);
-  return Object.freeze(value);
-}
-
-/** A config as another process received it (structured clone: plain Maps, nothing frozen), frozen again as loaded. */
-export function refreeze<T>(value: T): T {
-  if (value instanceof Map) return frozenMap([...value].map(([key, item]) => [key, refreeze(item)] as const)) as T;
-  if (typeof value !== 'object' || value === null || Object.isFrozen(value)) return value;
-  for (const [key, child] of Object.entries(value)) (value as Record<string, unknown>)[key] = refreeze(child);
+  if (value instanceof Map) return frozenMap([...value].map(([key, item]) => [key, deepFreeze(item)] as const)) as T;
+  for (const [key, child] of Object.entries(value)) (value as Record<string, unknown>)[key] = deepFreeze(child);
   return Object.freeze(value);
 }

@@ -3,7 +3,7 @@
  * parser's memory goes away with the child. Same answers as loadConfig: the config and its warnings, or ConfigInvalid.
  */
 import { fork } from 'node:child_process';
-import { refreeze } from './frozen.js';
+import { deepFreeze } from './frozen.js';
 import { ConfigInvalid } from './problems.js';
 import type { Config, ConfigProblem } from './types.js';
 
@@ -33,7 +33,7 @@ export function loadConfigApart(file: string): Promise<{ config: Config; warning
     child.once('exit', (code) => {
       clearTimeout(stuck);
       if (answer === undefined) reject(new Error(`the config could not be read (the reader exited with ${code})`));
-      else if (answer.ok) resolve({ config: refreeze(answer.config), warnings: answer.warnings });
+      else if (answer.ok) resolve({ config: deepFreeze(answer.config), warnings: answer.warnings });
       else if ('failure' in answer) reject(new Error(answer.failure));
       else reject(new ConfigInvalid(answer.problems, answer.warnings));
     });

@@ -33,6 +33,7 @@ import { closestName } from './suggest.js';
 import { formatListen } from './urls.js';
 import { workersWithoutState } from './workers.js';
 import type {
+  ClientKind,
   ClientRecord,
   Config,
   ConfigProblem,
@@ -336,6 +337,15 @@ async function buildFederation(
 /** The nested blocks a client block takes. */
 const CLIENT_BLOCKS = ['token_exchange'] as const;
 
+/**
+ * DESIGN.md §3: a device client is public; one with secret_file or jwks_file is confidential. Read from what is written,
+ * so an invalid secret_file is reported once, not again as "a public client".
+ */
+function clientKindOf(written: HclBody): ClientKind {
+  if (written.device === true) return 'device';
+  return written.secret_file !== undefined || written.jwks_file !== undefined ? 'confidential' : 'public';
+}
+
 async function buildClient(
   instance: BlockInstance,
   findings: Findings,
@@ -349,8 +359,9 @@ async function buildClient(
   }
   const { token_exchange: tokenExchangeBody, ...attributes } = instance.body;
   const value = validate(clientSpec, attributes, place, findings, CLIENT_BLOCKS);
-  const tokenExchange = tokenExchangeBody === undefined ? undefined : buildTokenExchange(tokenExchangeBody, instance, findings, known);
-  const device = value.device === true;
+  const kind = clientKindOf(attributes);
+  const tokenExchange = tokenExchangeBody === undefined ? undefined : buildTokenExchange(tokenExchangeBody, instance, kind, findings, known);
+  const device = kind === 'device';
   const secret =
     value.secret_file === undefined || device ? undefined : await secretFrom(value.secret_file, 'secret_file', place, findings, inFolder);
   const jwks = value.jwks_file === undefined || device ? undefined : await jwksFrom(value.jwks_file, place, findings, inFolder);
@@ -361,7 +372,7 @@ async function buildClient(
   if (value.audience === undefined) return undefined;
   return {
     clientId,
-    kind: device ? 'device' : value.secret_file !== undefined || value.jwks_file !== undefined ? 'confidential' : 'public',
+    kind,
     ...(secret !== undefined && { secret }),
     ...(jwks !== undefined && { assertionKeys: { jwks } }),
     ...(value.require_dpop === true && { requireDpop: true }),
@@ -412,6 +423,7 @@ function refuseClientsNamedLikePeople(clients: readonly BlockInstance[], users: 
 function buildTokenExchange(
   body: unknown,
   client: BlockInstance,
+  clientKind: ClientKind,
   findings: Findings,
   known: { readonly issuer: string | undefined; readonly nameable: NameableAudience },
 ): TokenExchangeConfig | undefined {
@@ -428,20 +440,16 @@ function buildTokenExchange(
   }
   const place = { block: `${client.name} token_exchange`, entry: written, kind: 'token_exchange' };
   const problemsBefore = findings.problems.length;
-  const confidential = client.body.secret_file !== undefined || client.body.jwks_file !== undefined;
-  const kind = client.body.device === true ? 'a device client' : !confidential ? 'a public client' : undefined;
-  if (kind !== undefined) {
-    findings.problem({ ...place, message: `needs a confidential client (one with secret_file or jwks_file), but this is ${kind}` });
+  if (clientKind !== 'confidential') {
+    findings.problem({ ...place, message: `needs a confidential client (one with secret_file or jwks_file), but this is a ${clientKind} client` });
   }
   const value = validate(tokenExchangeSpec, body[0] as Record<string, unknown>, place, findings);
   for (const entry of value.subject_audience ?? []) {
-    if (entry === known.issuer) {
-      findings.problem({ ...place, attribute: 'subject_audience', message: `lists the issuer ${JSON.stringify(entry)}; tokens addressed to it are for the provider alone and are never exchanged` });
-    } else if (!known.nameable.entries.has(entry)) {
-      const suggestion = closestName(entry, [...known.nameable.entries]);
-      const hint = suggestion === undefined ? '' : `; did you mean ${JSON.stringify(suggestion)}?`;
-      findings.problem({ ...place, attribute: 'subject_audience', message: `lists ${JSON.stringify(entry)}, which is in the audience of no client and not of dynamic_clients, so no token is ever addressed to it${hint}` });
-    }
+    const problem =
+      entry === known.issuer
+        ? `lists the issuer ${JSON.stringify(entry)}; tokens addressed to it are for the provider alone and are never exchanged`
+        : nameableProblem(entry, known.nameable, SUBJECT_AUDIENCE_WORDING);
+    if (problem !== undefined) findings.problem({ ...place, attribute: 'subject_audience', message: problem });
   }
   if (findings.problems.length > problemsBefore || value.subject_audience === undefined) return undefined;
   return { subjectAudience: value.subject_audience };
@@ -566,6 +574,39 @@ function nameableAudience(clients: readonly BlockInstance[], dynamic: BlockInsta
   return { entries, clientIds: new Set(clients.map((client) => client.label ?? '')) };
 }
 
+/** How one block words each way an address can fail to be nameable; `hint` is "; did you mean ...?" or empty. */
+interface NameableWording {
+  readonly logicalName: (value: string) => string;
+  readonly fragment: (value: string) => string;
+  readonly unknown: (value: string, hint: string) => string;
+}
+
+/**
+ * Why `value` is no address a token can be addressed to as resource (DESIGN.md §3, §12): not requestable (a logical
+ * name, a fragment), or in the audience of no client nor of dynamic_clients; undefined when it is one.
+ */
+function nameableProblem(value: string, known: NameableAudience, wording: NameableWording): string | undefined {
+  const reason = requestableReason(value);
+  if (reason === 'logical name') return wording.logicalName(value);
+  if (reason === 'contains a fragment') return wording.fragment(value);
+  if (known.entries.has(value)) return undefined;
+  const suggestion = closestName(value, [...known.entries]);
+  return wording.unknown(value, suggestion === undefined ? '' : `; did you mean ${JSON.stringify(suggestion)}?`);
+}
+
+const RESOURCE_SERVER_WORDING: NameableWording = {
+  logicalName: () => 'the label must be an audience entry that can be named as resource (an absolute URI without "#"), but it is a logical name',
+  fragment: () => 'the label must be an audience entry that can be named as resource (an absolute URI without "#"), but it is a URI with a fragment',
+  unknown: (_, hint) => `the label is not in the audience of any client or of dynamic_clients; a resource_server label must be an audience entry that can be named as resource${hint}`,
+};
+
+// DESIGN.md §12: a subject token is one addressed to the caller as a resource server, i.e. to a nameable address.
+const SUBJECT_AUDIENCE_WORDING: NameableWording = {
+  logicalName: (value) => `${JSON.stringify(value)} is not an absolute URI; list this client's own address as a resource server, e.g. "https://orders.example.org/"`,
+  fragment: (value) => `${JSON.stringify(value)} must not contain a fragment ("#..."); list an address that can be named as resource`,
+  unknown: (value, hint) => `lists ${JSON.stringify(value)}, which is in the audience of no client and not of dynamic_clients, so no token is ever addressed to it${hint}`,
+};
+
 async function buildResourceServer(
   instance: BlockInstance,
   known: NameableAudience,
@@ -575,17 +616,8 @@ async function buildResourceServer(
   const place = { block: instance.name, entry: instance.entry };
   const label = instance.label ?? '';
   // DESIGN.md §3: the label is a requestable audience entry, so it is what the server finds in a token's aud.
-  const reason = requestableReason(label);
-  if (reason !== undefined) {
-    findings.problem({
-      ...place,
-      message: `the label must be an audience entry that can be named as resource (an absolute URI without "#"), but it is ${reason === 'logical name' ? 'a logical name' : 'a URI with a fragment'}`,
-    });
-  } else if (!known.entries.has(label)) {
-    const suggestion = closestName(label, [...known.entries]);
-    const hint = suggestion === undefined ? '' : `; did you mean ${JSON.stringify(suggestion)}?`;
-    findings.problem({ ...place, message: `the label is not in the audience of any client or of dynamic_clients; a resource_server label must be an audience entry that can be named as resource${hint}` });
-  }
+  const problem = nameableProblem(label, known, RESOURCE_SERVER_WORDING);
+  if (problem !== undefined) findings.problem({ ...place, message: problem });
   if (known.clientIds.has(label)) {
     findings.problem({ ...place, message: 'the label is also a client_id; /introspect could not tell which one authenticates' });
   }

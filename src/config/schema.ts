@@ -1,10 +1,11 @@
 import { isIP } from 'node:net';
 import { z } from 'zod';
 import { isPasswordHash } from '../crypto/password.js';
-import { isAbsoluteUri, requestableReason } from '../policy/requestable.js';
+import { isAbsoluteUri } from '../policy/requestable.js';
 import { parseDuration } from './duration.js';
 import type { LimitsConfig } from './types.js';
 import { parseBaseUrl, parseIssuerUrl } from './urls.js';
+import { wholeNumber } from './whole-number.js';
 import { workersAttribute } from './workers.js';
 
 /** One attribute-level complaint from a rule that looks at several attributes of a block. */
@@ -183,22 +184,14 @@ export const topLevelSpec = spec(
 );
 
 /** The most any limit may be set to: beyond it a limit no longer limits. */
-export const MAX_LIMIT = 1_000_000;
+const MAX_LIMIT = 1_000_000;
 
-const limit = z
-  .number({ error: (issue) => (typeof issue.input === 'string' ? 'must be a number without quotes, e.g. 300' : 'must be a whole number, e.g. 300') })
-  .refine((value) => Number.isInteger(value) && value >= 1 && value <= MAX_LIMIT, {
-    error: (issue) => `is ${String(issue.input)}; use a whole number from 1 to ${MAX_LIMIT}`,
-  });
+const limit = wholeNumber(MAX_LIMIT, 300);
 
 /** The most password checks at once (DESIGN.md §11): each holds about 128 MiB at the default scrypt cost. */
-export const MAX_PASSWORD_HASHES = 64;
+const MAX_PASSWORD_HASHES = 64;
 
-const passwordHashes = z
-  .number({ error: (issue) => (typeof issue.input === 'string' ? 'must be a number without quotes, e.g. 2' : 'must be a whole number, e.g. 2') })
-  .refine((value) => Number.isInteger(value) && value >= 1 && value <= MAX_PASSWORD_HASHES, {
-    error: (issue) => `is ${String(issue.input)}; use a whole number from 1 to ${MAX_PASSWORD_HASHES} (each check in flight holds about 128 MiB)`,
-  });
+const passwordHashes = wholeNumber(MAX_PASSWORD_HASHES, 2, ' (each check in flight holds about 128 MiB)');
 
 /** DESIGN.md §3 `limits`, with §4's numbers as defaults. */
 export const DEFAULT_LIMITS: LimitsConfig = Object.freeze({
@@ -353,21 +346,12 @@ export const clientSpec = spec(
   },
 );
 
-// DESIGN.md §12: a subject token is one addressed to the caller as a resource server, i.e. to a nameable address.
-const subjectAudienceEntry = text().superRefine((value, context) => {
-  const reason = requestableReason(value);
-  if (reason === 'logical name') {
-    context.addIssue({ code: 'custom', message: `${quote(value)} is not an absolute URI; list this client's own address as a resource server, e.g. "https://orders.example.org/"` });
-  } else if (reason === 'contains a fragment') {
-    context.addIssue({ code: 'custom', message: `${quote(value)} must not contain a fragment ("#..."); list an address that can be named as resource` });
-  }
-});
-
 /** A client's `token_exchange` block (DESIGN.md §3, §12). */
 export const tokenExchangeSpec = spec(
   z.strictObject({
+    // Each entry is checked against the clients' audiences in load.ts (nameableProblem).
     subject_audience: uniqueList(
-      subjectAudienceEntry,
+      text(),
       'URIs',
       'is required; list the addresses whose tokens this client may exchange, e.g. subject_audience = ["https://orders.example.org/"]',
     ).refine((values) => values.length > 0, { error: 'must list at least one entry, e.g. ["https://orders.example.org/"]' }),

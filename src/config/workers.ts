@@ -1,19 +1,19 @@
 /** `workers = N | "auto"` (DESIGN.md §3, §11): how many processes serve the one listener. */
 import { availableParallelism } from 'node:os';
 import { z } from 'zod';
+import { wholeNumber } from './whole-number.js';
 
 export type WorkersSetting = number | 'auto';
 
 /** The most workers a server starts: beyond it each worker's share of memory and store connections buys nothing. */
 export const MAX_WORKERS = 64;
 
-const WORKERS_HINT = `use a whole number from 1 to ${MAX_WORKERS}, or "auto" (the CPUs this process may use)`;
+const WORKERS_NOTE = ', or "auto" (the CPUs this process may use)';
 
 /** `workers` in the config file: a number without quotes, or "auto". */
-export const workersAttribute = z.union([z.literal('auto'), z.number()], { error: (issue) => `is ${JSON.stringify(issue.input)}; ${WORKERS_HINT}` }).refine(
-  (value) => value === 'auto' || (Number.isInteger(value) && value >= 1 && value <= MAX_WORKERS),
-  { error: (issue) => `is ${JSON.stringify(issue.input)}; ${WORKERS_HINT}` },
-);
+export const workersAttribute = z.union([z.literal('auto'), wholeNumber(MAX_WORKERS, 2, WORKERS_NOTE)], {
+  error: (issue) => `is ${JSON.stringify(issue.input)}; use a whole number from 1 to ${MAX_WORKERS}${WORKERS_NOTE}`,
+});
 
 /** `serve --workers N|auto`; undefined when the text is neither. */
 export function parseWorkersOption(text: string): WorkersSetting | undefined {

@@ -13,7 +13,12 @@ type HashingAnswer = { readonly matches: boolean } | { readonly failure: string 
 /** DESIGN.md §11: a sign-in waits at most this long for a hashing slot, then gets 503. */
 export const DEFAULT_PASSWORD_WAIT_MS = 5000;
 /** Checks that may wait per slot: a queue longer than what the slots get through in the wait only holds requests to refuse later. */
-export const WAITING_PER_SLOT = 32;
+const WAITING_PER_SLOT = 32;
+
+/** How many checks may wait for `slots` hashing slots: WAITING_PER_SLOT each, unless `chosen` (a test's number) says. */
+export function passwordWaitingRoom(slots: number, chosen?: number): number {
+  return chosen ?? WAITING_PER_SLOT * slots;
+}
 
 /** Why a check was not run: no slot within the wait, too many waiting, its thread ended under it, or the pool is closed. */
 export type PasswordCheckRefusal = 'wait_exceeded' | 'queue_full' | 'thread_exited' | 'closed';
@@ -34,7 +39,7 @@ export interface PasswordPoolOptions {
   readonly size: number;
   /** How long a check may wait for a slot before it is refused. */
   readonly maxWaitMs?: number;
-  /** Checks that may wait at once; more are refused at once. */
+  /** Checks that may wait at once; more are refused at once. Default: passwordWaitingRoom(size). */
   readonly maxWaiting?: number;
   /** Where the pool's gauges go (`pinpoint_password_hash_queue`...). */
   readonly registry?: Registry;
@@ -95,7 +100,7 @@ export class PasswordPool {
   constructor(options: PasswordPoolOptions) {
     this.#size = options.size;
     this.#maxWaitMs = options.maxWaitMs ?? DEFAULT_PASSWORD_WAIT_MS;
-    this.#maxWaiting = options.maxWaiting ?? WAITING_PER_SLOT * options.size;
+    this.#maxWaiting = passwordWaitingRoom(options.size, options.maxWaiting);
     this.#onThreadExit = options.onThreadExit;
     const registers = options.registry === undefined ? undefined : [options.registry];
     if (registers === undefined) return;

@@ -32,24 +32,20 @@ export interface PasswordCheck {
 /** Hashes a password with scrypt and a random salt: `scrypt$N=..,r=..,p=..$<salt>$<key>` (base64url). */
 export async function hashPassword(password: string, cost: ScryptCost = DEFAULT_COST): Promise<string> {
   const salt = randomBytes(SALT_BYTES);
-  const key = await new Promise<Buffer>((resolve, reject) => {
-    scrypt(normalized(password), salt, KEY_BYTES, scryptOptions(cost), (error, derived) => (error ? reject(error) : resolve(derived)));
-  });
+  const key = await deriveKey(password, salt, KEY_BYTES, cost);
   const { N, r, p } = cost;
   return `scrypt$N=${N},r=${r},p=${p}$${salt.toString('base64url')}$${key.toString('base64url')}`;
 }
 
 /**
- * True when the password matches the hash; a malformed hash gives false, never an exception. Runs on libuv's
- * thread pool, beside WebCrypto's signatures: the server checks sign-ins through its PasswordPool instead (DESIGN.md §11).
+ * True when the password matches the hash; a malformed hash gives false, never an exception. The check a hashing
+ * thread runs, on libuv's thread pool beside WebCrypto's signatures: the server checks sign-ins through its
+ * PasswordPool instead (DESIGN.md §11); this is for the CLI and tests.
  */
 export async function verifyPassword(password: string, hash: string): Promise<boolean> {
   const check = passwordCheckOf(password, hash);
   if (!check) return false;
-  const key = await new Promise<Buffer>((resolve, reject) => {
-    scrypt(normalized(password), check.salt, check.key.length, scryptOptions(check.cost), (error, derived) => (error ? reject(error) : resolve(derived)));
-  });
-  return timingSafeEqual(key, check.key);
+  return timingSafeEqual(await deriveKey(check.password, check.salt, check.key.length, check.cost), check.key);
 }
 
 /** True when the text has the shape of a `hashPassword` result with parameters this code accepts. */
@@ -85,10 +81,21 @@ export interface HashingJob {
 }
 
 export function hashingJob(check: PasswordCheck): HashingJob {
-  return { password: normalized(check.password), salt: check.salt, key: check.key, options: scryptOptions(check.cost) };
+  return { ...scryptInputs(check.password, check.salt, check.cost), key: check.key };
 }
 
-const normalized = (password: string): string => password.normalize('NFC');
+/** The one scrypt derivation on this thread (libuv's pool); a hashing thread runs the same inputs with scryptSync. */
+function deriveKey(password: string, salt: Uint8Array, length: number, cost: ScryptCost): Promise<Buffer> {
+  const inputs = scryptInputs(password, salt, cost);
+  return new Promise((resolve, reject) => {
+    scrypt(inputs.password, inputs.salt, length, inputs.options, (error, derived) => (error ? reject(error) : resolve(derived)));
+  });
+}
+
+/** scrypt's inputs for a password: what hashPassword, verifyPassword and the pool's threads all derive from. */
+function scryptInputs(password: string, salt: Uint8Array, cost: ScryptCost): Omit<HashingJob, 'key'> {
+  return { password: password.normalize('NFC'), salt, options: scryptOptions(cost) };
+}
 
 // scrypt needs about 128 * N * r * p bytes; Node's default cap (32 MiB) is too low for N=2^17, r=8 (128 MiB).
 const scryptOptions = (cost: ScryptCost): ScryptOptions => ({ N: cost.N, r: cost.r, p: cost.p, maxmem: 256 * cost.N * cost.r * cost.p + 1024 * 1024 });
