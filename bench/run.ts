@@ -7,7 +7,7 @@
  *   npm run bench                     full run (about 15 minutes), adds its section at the top of bench/RESULTS.md
  *   npm run bench -- --smoke          every case for 1 s, small scale seed, no thresholds (CI)
  *   npm run bench -- --profile CASE   Pinpoint (SQLite) under CASE at c=16 with the V8 profiler, then the hottest functions
- *                                     (--target oidc-provider|pinpoint-memory|pinpoint-postgres|pinpoint-same-signing|v0.2.0 to profile another; --perf adds Linux perf,
+ *                                     (--target oidc-provider|floor|pinpoint-memory|pinpoint-postgres|pinpoint-same-signing|v0.2.0 to profile another; --perf adds Linux perf,
  *                                     native code, kernel and every thread included)
  *   npm run bench -- --keep           keep the temp folder (databases, access logs, pools, profiles)
  *   npm run bench -- --only A,B       only these cases (names as in the table, `scale`, `postgres`, `v0.2.0`, `workers` or `storm`); no RESULTS.md
@@ -566,6 +566,11 @@ function legFor(caseName: CaseName | CostCaseName, server: Server, poolName?: st
   }
 }
 
+/** The fastify+jose floor's one route: parse the form, sign one JWT like Pinpoint's client_credentials token. */
+function floorLeg(floor: Server): Leg {
+  return { server: floor, path: '/jose', body: ccBody, expect: { shape: 'token', aud: AUDIENCE, refreshToken: false, issuer: floor.issuer } };
+}
+
 /** The rows of a cost case (report.ts COST_LABELS): the request measured, and plain client_credentials on the same process. */
 function costParticipants(caseName: CostCaseName, pinpoint: Server, peer: Server): Participant[] {
   const clientCredentials = (server: Server): Leg => legFor('client_credentials', server);
@@ -614,6 +619,9 @@ async function startTarget(nodeOptions: readonly string[]): Promise<{ server: Se
   switch (options.target) {
     case 'oidc-provider':
       return { server: await startServer('oidc-provider', 'oidc-server.ts', {}, { nodeOptions }) };
+    // The fastify+jose floor, to set its profile beside Pinpoint's (client_credentials only: its /jose route).
+    case 'floor':
+      return { server: await startServer('floor', 'floor-server.ts', {}, { nodeOptions }) };
     case 'pinpoint-memory':
       return { server: await startServer('pinpoint-memory', 'pinpoint-server.ts', pinpointEnv('memory'), { nodeOptions }) };
     case 'pinpoint-sqlite':
@@ -633,7 +641,7 @@ async function startTarget(nodeOptions: readonly string[]): Promise<{ server: Se
       }
     }
     default:
-      throw new Error('--target takes one of pinpoint-sqlite, pinpoint-same-signing, v0.2.0, pinpoint-memory, pinpoint-postgres, oidc-provider');
+      throw new Error('--target takes one of pinpoint-sqlite, pinpoint-same-signing, v0.2.0, pinpoint-memory, pinpoint-postgres, oidc-provider, floor');
   }
 }
 
@@ -642,7 +650,10 @@ async function profileRun(caseName: CaseName | CostCaseName): Promise<void> {
   const nodeOptions = options.perf ? ['--perf-basic-prof-only-functions'] : [];
   const { server, database } = await startTarget(nodeOptions);
   try {
-    const leg = database === undefined ? legFor(caseName, server) : postgresLeg(caseName, server, `${server.name}:${caseName}`);
+    const leg =
+      server.name === 'floor' ? floorLeg(server)
+      : database === undefined ? legFor(caseName, server)
+      : postgresLeg(caseName, server, `${server.name}:${caseName}`);
     const participant = single(server.name, leg);
     // Every token the run needs is created before the profiler starts.
     await ensurePool(leg, `${participant.label}|${server.name}`, 16, timing.warmup + timing.segment * timing.order([0]).length, `${caseName}|c16`);
@@ -651,11 +662,11 @@ async function profileRun(caseName: CaseName | CostCaseName): Promise<void> {
     let perf: ChildProcess | undefined;
     const rows = await runCase(caseName, 16, [participant], async () => {
       if (options.perf) perf = spawn('perf', ['record', '-F', '999', '-g', '-p', String(server.peer.pid), '-o', perfData], { stdio: 'ignore' });
-      if (server.name !== 'oidc-provider') await server.peer.call('loopDelay');
+      if (server.name !== 'oidc-provider' && server.name !== 'floor') await server.peer.call('loopDelay');
       await server.peer.call('profileStart');
     });
     await server.peer.call('profileStop', { file });
-    if (server.name !== 'oidc-provider') {
+    if (server.name !== 'oidc-provider' && server.name !== 'floor') {
       const delay = await server.peer.call<{ p50: number; p99: number; max: number }>('loopDelay');
       log(`event-loop delay while measured: p50 ${delay.p50.toFixed(1)} ms, p99 ${delay.p99.toFixed(1)} ms, max ${delay.max.toFixed(1)} ms`);
     }
@@ -918,7 +929,7 @@ async function runCases(): Promise<Row[]> {
     peers.push({ label: 'pinpoint variant', server: await startServer('pinpoint-variant', 'pinpoint-server.ts', env) });
   }
   const floorParticipants: Participant[] = [
-    single('fastify+jose', { server: floor, path: '/jose', body: ccBody, expect: { shape: 'token', aud: AUDIENCE, refreshToken: false, issuer: floor.issuer } }),
+    single('fastify+jose', floorLeg(floor)),
     single('fastify bare', { server: floor, path: '/bare', body: ccBody, expect: { shape: 'plain' } }),
   ];
 
