@@ -12,7 +12,7 @@ import { createMetrics, type Metrics } from './http/metrics.js';
 import { FixedWindowLimiter } from './http/rate-limit.js';
 import { isLimitedVerdict, sharedLimiter, type LimiterLink } from './http/shared-limiter.js';
 import { isKnownSubject } from './policy/subjects.js';
-import type { GrantStore, RevokedTokenStore } from './store/types.js';
+import type { AccessTokenStateStore, RevokedTokenStore } from './store/types.js';
 import type { AccessTokenStateSources } from './tokens/access-token-state.js';
 import type { TokenSigner } from './tokens/response.js';
 
@@ -81,7 +81,7 @@ export function makeServices(
   config: Config,
   keys: SigningKeys | KeyRing,
   clients: ClientDirectory,
-  store: GrantStore & RevokedTokenStore,
+  store: AccessTokenStateStore & RevokedTokenStore,
   options: { now?: () => number; limits?: Partial<AppLimits>; metrics?: Metrics; limiterLink?: LimiterLink } = {},
 ): AppServices {
   // The config's `limits` block beside the windows it does not set, then what a test asks for (windows, small numbers).

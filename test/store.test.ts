@@ -759,6 +759,21 @@ function storeSuite(name: string, backend: () => Backend): void {
       assert.equal(await store.findGrant(grant.id, now), undefined, 'revoked');
     });
 
+    it("answers a presented access token's grant holding in one read: holder, subject, and the token's own revocation", async () => {
+      const { store, now, grant } = await openWithCode();
+      const jti = randomId('jti');
+      const holding = { clientId: grant.clientId, subject: grant.subject, tokenRevoked: false };
+      assert.deepEqual(await store.findGrantHolding(grant.id, jti, now), holding);
+      assert.equal(await store.findGrantHolding(grant.id, jti, grant.expiresAt), undefined, 'expired');
+      assert.equal(await store.findGrantHolding(randomId('grant'), jti, now), undefined, 'unknown grant');
+      await store.revokeAccessToken(jti, now + 1000);
+      assert.deepEqual(await store.findGrantHolding(grant.id, jti, now), { ...holding, tokenRevoked: true }, 'its jti revoked alone');
+      assert.deepEqual(await store.findGrantHolding(grant.id, jti, now + 1000), holding, 'that revocation has expired');
+      assert.deepEqual(await store.findGrantHolding(grant.id, randomId('jti'), now), holding, 'another token of the grant stands');
+      await store.revokeGrant(grant.id);
+      assert.equal(await store.findGrantHolding(grant.id, jti, now), undefined, 'revoked grant');
+    });
+
     it('keeps the grant of an exchanged code until grantUntil, the later of it and its refresh extension, never shortening it', async () => {
       const store = await open();
       const now = Date.now();

@@ -18,6 +18,7 @@ import type {
   FederationStateRecord,
   Grant,
   GrantFilter,
+  GrantHolding,
   GrantSummary,
   LoginRequestRecord,
   PushedRequestRecord,
@@ -128,6 +129,12 @@ export class MemoryStore implements Store {
   async findGrant(grantId: string, now: number): Promise<Grant | undefined> {
     const grant = this.#grants.get(grantId);
     return grant !== undefined && grantLives(grant, now) ? grant : undefined;
+  }
+
+  async findGrantHolding(grantId: string, jti: string, now: number): Promise<GrantHolding | undefined> {
+    const grant = this.#grants.get(grantId);
+    if (grant === undefined || !grantLives(grant, now)) return undefined;
+    return { clientId: grant.clientId, subject: grant.subject, tokenRevoked: await this.isAccessTokenRevoked(jti, now) };
   }
 
   async listGrants(filter: GrantFilter, now: number): Promise<GrantSummary[]> {

@@ -7,6 +7,7 @@ import type {
   DeviceStatus,
   FederationStateRecord,
   Grant,
+  GrantHolding,
   GrantSummary,
   LoginPurpose,
   LoginRequestRecord,
@@ -61,6 +62,15 @@ export function grantFromRow(row: GrantRow): Grant | undefined {
     expiresAt: Number(row.g_expires_at),
   };
 }
+
+export interface GrantHoldingRow {
+  client_id: string;
+  subject: string;
+  /** EXISTS: 0 or 1 in SQLite, a boolean in PostgreSQL. */
+  token_revoked: number | boolean;
+}
+
+export const grantHoldingFromRow = (row: GrantHoldingRow): GrantHolding => ({ clientId: row.client_id, subject: row.subject, tokenRevoked: isTrue(row.token_revoked) });
 
 export interface GrantSummaryRow extends GrantRow {
   last_refresh_at: Numeric | null;

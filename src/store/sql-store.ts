@@ -10,6 +10,7 @@ import {
   federationStateFromRow,
   federationStateParams,
   grantFromRow,
+  grantHoldingFromRow,
   grantParams,
   grantSummaryFromRow,
   keyFromRow,
@@ -28,6 +29,7 @@ import {
   type ConsentRow,
   type DeviceRow,
   type FederationStateRow,
+  type GrantHoldingRow,
   type GrantRow,
   type GrantSummaryRow,
   type KeyRow,
@@ -47,6 +49,7 @@ import type {
   FederationStateRecord,
   Grant,
   GrantFilter,
+  GrantHolding,
   GrantSummary,
   LoginRequestRecord,
   PushedRequestRecord,
@@ -154,6 +157,11 @@ export class SqlStore implements Store {
         step(SQL.deleteRefreshTokensOfGrant, [grantId]),
       ],
     });
+  }
+
+  async findGrantHolding(grantId: string, jti: string, now: number): Promise<GrantHolding | undefined> {
+    const [row] = await this.#driver.read<GrantHoldingRow>(SQL.findGrantHolding, [grantId, now, jti]);
+    return row === undefined ? undefined : grantHoldingFromRow(row);
   }
 
   async findGrant(grantId: string, now: number): Promise<Grant | undefined> {

@@ -84,6 +84,10 @@ const texts = {
   holdLiveGrant: 'UPDATE grants SET expires_at = CASE WHEN expires_at < $3 THEN $2 ELSE expires_at END WHERE id = $1 AND expires_at > $4',
   // rules.ts grantLives.
   findGrant: `SELECT ${GRANT_COLUMNS} FROM grants g WHERE g.id = $1 AND g.expires_at > $2`,
+  // rules.ts grantLives, and isAccessTokenRevoked of $3, in one read: what a presented access token needs (tokens/access-token-state.ts).
+  findGrantHolding: `SELECT g.client_id, g.subject,
+      EXISTS (SELECT 1 FROM revoked_access_tokens r WHERE r.jti = $3 AND r.expires_at > $2) AS token_revoked
+    FROM grants g WHERE g.id = $1 AND g.expires_at > $2`,
   deleteGrant: 'DELETE FROM grants WHERE id = $1',
   deleteCodesOfGrant: 'DELETE FROM authorization_codes WHERE grant_id = $1',
   deleteRefreshTokensOfGrant: 'DELETE FROM refresh_tokens WHERE grant_id = $1',

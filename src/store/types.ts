@@ -39,8 +39,21 @@ export interface Grant {
 export interface GrantStore {
   /** Deletes the grant with its codes and refresh tokens (RFC 9700 §4.14.2 reuse, code replay, /revoke). */
   revokeGrant(grantId: string): Promise<void>;
-  /** The grant while it lives (not revoked, unexpired at `now`): one lookup by primary key (/introspect). */
+  /** The grant while it lives (not revoked, unexpired at `now`): one lookup by primary key. */
   findGrant(grantId: string, now: number): Promise<Grant | undefined>;
+}
+
+/** Who holds a live grant, and whether one access token of it was revoked by its jti alone (an exchanged token's). */
+export interface GrantHolding {
+  readonly clientId: string;
+  readonly subject: string;
+  readonly tokenRevoked: boolean;
+}
+
+/** The one read behind every presented access token of a grant (/introspect, /userinfo, token exchange, DESIGN.md §8). */
+export interface AccessTokenStateStore {
+  /** The live grant's holder and `jti`'s own revocation, in one lookup; undefined when the grant is gone or expired. */
+  findGrantHolding(grantId: string, jti: string, now: number): Promise<GrantHolding | undefined>;
 }
 
 /** Which grants an operator means (`pinpoint grants ... --user U --client C`); both absent: every grant. */
@@ -356,6 +369,7 @@ export interface Store
     GrantStore,
     GrantAdminStore,
     RevokedTokenStore,
+    AccessTokenStateStore,
     AuthorizationCodeStore,
     RefreshTokenStore,
     DeviceCodeStore,

@@ -2,7 +2,7 @@
  * Whether an access token jose has verified still stands (DESIGN.md §6, §8): revocation and config changes reach
  * tokens already issued, on every instance sharing the store, for the price of one lookup.
  */
-import type { GrantStore, RevokedTokenStore } from '../store/types.js';
+import type { AccessTokenStateStore, RevokedTokenStore } from '../store/types.js';
 import { grantIdOfJti } from './claims.js';
 
 export interface AccessTokenClaims {
@@ -19,7 +19,7 @@ export interface AccessTokenClaims {
  * be configured for token exchange, and its own jti may be revoked alone (its caller holds no grant to revoke).
  */
 export interface AccessTokenStateSources {
-  readonly store: GrantStore & RevokedTokenStore;
+  readonly store: AccessTokenStateStore & RevokedTokenStore;
   readonly now: () => number;
   /** Whether a client_id still names a client (configured, registered or by document). */
   readonly isKnownClient: (clientId: string) => boolean;
@@ -35,11 +35,9 @@ export async function accessTokenStands(sources: AccessTokenStateSources, { jti,
   const now = sources.now();
   const grantId = grantIdOfJti(jti);
   if (grantId === undefined) return !(await store.isAccessTokenRevoked(jti, now));
-  if (!exchanged) {
-    const grant = await store.findGrant(grantId, now);
-    return grant !== undefined && grant.clientId === clientId && isKnownSubject(grant.subject);
-  }
-  if (!sources.mayExchange(clientId)) return false;
-  const [grant, revoked] = await Promise.all([store.findGrant(grantId, now), store.isAccessTokenRevoked(jti, now)]);
-  return grant !== undefined && !revoked && isKnownClient(grant.clientId) && isKnownSubject(grant.subject);
+  if (exchanged && !sources.mayExchange(clientId)) return false;
+  // One read: the grant's holder and the token's own revocation (only an exchanged token's jti is ever revoked alone).
+  const holding = await store.findGrantHolding(grantId, jti, now);
+  if (holding === undefined || holding.tokenRevoked || !isKnownSubject(holding.subject)) return false;
+  return exchanged ? isKnownClient(holding.clientId) : holding.clientId === clientId;
 }
