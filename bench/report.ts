@@ -565,6 +565,8 @@ export async function writeResults(
     storm: StormOutcome;
     targets: readonly Target[];
     signing?: string;
+    /** bench/write-lock.ts: how long a refresh holds SQLite's write lock, by rotations in flight. */
+    writeLock?: string;
     pinned: boolean;
     seconds: number;
     nodeFlags: readonly string[];
@@ -638,6 +640,9 @@ export async function writeResults(
     'postgres rows: srv cpu and rss are both instances\' together.',
     '',
     ...(run.signing === undefined ? [] : ['### Signing one ES256 JWS on one core (bench/sign.ts)', '', '```', run.signing.trimEnd(), '```', '']),
+    ...(run.writeLock === undefined
+      ? []
+      : ['### SQLite write lock per refresh (bench/write-lock.ts): what bounds refresh across workers', '', '```', run.writeLock.trimEnd(), '```', '']),
     ...postgresSection(run.postgres),
   ].join('\n');
   const at = previous.indexOf(RUNS_MARKER);

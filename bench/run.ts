@@ -10,7 +10,8 @@
  *                                     (--target oidc-provider|floor|pinpoint-memory|pinpoint-postgres|pinpoint-same-signing|v0.2.0 to profile another; --perf adds Linux perf,
  *                                     native code, kernel and every thread included)
  *   npm run bench -- --keep           keep the temp folder (databases, access logs, pools, profiles)
- *   npm run bench -- --only A,B       only these cases (names as in the table, `scale`, `postgres`, `v0.2.0`, `workers` or `storm`); no RESULTS.md
+ *   npm run bench -- --only A,B       only these cases (names as in the table, `scale`, `postgres`, `v0.2.0`, `workers`, `storm` or
+ *                                     `write-lock`: how long a refresh holds SQLite's write lock, bench/write-lock.ts); no RESULTS.md
  *   npm run bench -- --connections 16 only this concurrency (default 1,16); no RESULTS.md
  *   npm run bench -- --baseline DIR   A/B: Pinpoint (SQLite) as built now against the build in DIR (another checkout's dist/),
  *                                     interleaved, and no other server; no RESULTS.md
@@ -987,6 +988,12 @@ async function main(): Promise<number> {
     log('  signing micro-benchmark (bench/sign.ts, pinned to core 0)');
     signing = await runScript({ script: join(here, 'sign.ts'), env: { SIGN_SECONDS: '2' }, core: core(SERVER_CORE) });
   }
+  let writeLock: string | undefined;
+  if (!smoke && (!partial || selected('write-lock'))) {
+    log('  SQLite write lock per rotation (bench/write-lock.ts, pinned to core 0)');
+    writeLock = await runScript({ script: join(here, 'write-lock.ts'), core: core(SERVER_CORE) });
+    if (partial) log(writeLock.trimEnd());
+  }
 
   log('');
   const more = {
@@ -1017,6 +1024,7 @@ async function main(): Promise<number> {
       storm,
       targets: targets ?? [],
       signing,
+      writeLock,
       pinned,
       seconds: (Date.now() - started) / 1000,
       nodeFlags: shippedNodeFlags,
