@@ -228,6 +228,50 @@ for (const kind of STORE_KINDS) {
       assert.equal((await token(t.app, refreshPairs(next), { auth: null, dpop: await proof(key, { htu: TOKEN }) })).statusCode, 200);
     });
 
+    test('dpop_jkt at /authorize binds the code to that key (RFC 9449 §10): without its proof, or with another key, invalid_grant and the code stays usable', async () => {
+      const pairsOf = async (clientId: string, extra: readonly (readonly [string, string])[]): Promise<(readonly [string, string])[]> => {
+        const { code, verifier } = await signInForCode(t.app, { clientId, scope: 'openid profile', extra });
+        return [['grant_type', 'authorization_code'], ['code', code], ['redirect_uri', REDIRECT], ['code_verifier', verifier], ['client_id', clientId]];
+      };
+      const pairs = await pairsOf('spa', [['dpop_jkt', key.jkt]]);
+      const unproven = await token(t.app, pairs, { auth: null });
+      assert.equal(unproven.statusCode, 400);
+      assert.deepEqual(unproven.json(), { error: 'invalid_grant', error_description: 'the authorization code is bound to a DPoP key; send a DPoP proof made with that key' });
+      const otherKey = await token(t.app, pairs, { auth: null, dpop: await proof(await newKey('EdDSA'), { htu: TOKEN }) });
+      assert.deepEqual(otherKey.json(), { error: 'invalid_grant', error_description: 'the authorization code is bound to another DPoP key than the one of this proof' });
+
+      const exchanged = await token(t.app, pairs, { auth: null, dpop: await proof(key, { htu: TOKEN }) });
+      assert.equal(exchanged.statusCode, 200, exchanged.body);
+      assert.equal(exchanged.json().token_type, 'DPoP');
+      assert.deepEqual(claimsOf(exchanged.json().access_token).cnf, { jkt: key.jkt });
+      // A replay of the used, bound code without its key cannot revoke the grant: the binding is judged first.
+      assert.equal((await token(t.app, pairs, { auth: null })).json().error, 'invalid_grant');
+      assert.equal((await token(t.app, refreshPairs(exchanged.json().refresh_token), { auth: null, dpop: await proof(key, { htu: TOKEN }) })).statusCode, 200);
+
+      // A confidential client's code is bound the same way; without dpop_jkt no key is asked for.
+      const confidential = await pairsOf('webapp', [['dpop_jkt', key.jkt]]);
+      assert.equal((await token(t.app, confidential, { auth: basic('webapp', SECRET) })).json().error, 'invalid_grant');
+      assert.equal((await token(t.app, confidential, { auth: basic('webapp', SECRET), dpop: await proof(key, { htu: TOKEN }) })).statusCode, 200);
+      assert.equal((await token(t.app, await pairsOf('spa', []), { auth: null })).statusCode, 200);
+    });
+
+    test('a dpop_jkt that is not a SHA-256 thumbprint, or sent twice, is refused at /authorize', async () => {
+      const start = (extra: readonly (readonly [string, string])[]): Promise<LightMyRequestResponse> =>
+        t.app.inject({
+          method: 'GET',
+          url: `/authorize?${form([['response_type', 'code'], ['client_id', 'spa'], ['redirect_uri', REDIRECT], ['scope', 'openid'], ['state', 's'], ['code_challenge', 'E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM'], ['code_challenge_method', 'S256'], ...extra])}`,
+        });
+      for (const value of ['', 'short', `${key.jkt}=`, `${key.jkt.slice(0, 42)}+`]) {
+        const refused = await start([['dpop_jkt', value]]);
+        assert.equal(refused.statusCode, 303, refused.body);
+        const location = new URL(refused.headers.location as string);
+        assert.equal(location.searchParams.get('error'), 'invalid_request', value);
+        assert.equal(location.searchParams.get('error_description'), 'dpop_jkt must be the base64url SHA-256 JWK thumbprint of a DPoP key (RFC 9449 §10)');
+      }
+      const twice = await start([['dpop_jkt', key.jkt], ['dpop_jkt', key.jkt]]);
+      assert.equal(twice.statusCode, 400);
+    });
+
     test("a confidential client's refresh token is not bound (RFC 9449 §5): it refreshes without a proof", async () => {
       const { code, verifier } = await signInForCode(t.app, { scope: 'openid' });
       const pairs = [['grant_type', 'authorization_code'], ['code', code], ['redirect_uri', REDIRECT], ['code_verifier', verifier]] as const;

@@ -10,13 +10,16 @@ import { createMetrics, type Metrics } from '../src/http/metrics.js';
 import { openStore } from '../src/store/open.js';
 import type { Store } from '../src/store/types.js';
 import { createPostgresDatabase, POSTGRES_SKIP_REASON, POSTGRES_URL, STORE_KINDS } from './helpers/databases.js';
+import { newKey, proof, type ClientKey } from './helpers/proofs.js';
 import {
   AUDIENCE,
   basic,
+  claimsOf,
   client,
   cookieJar,
   form,
   hiddenInput,
+  ISSUER,
   PASSWORD,
   pkce,
   REDIRECT,
@@ -28,6 +31,8 @@ import {
 } from './helpers/app.js';
 
 const API = AUDIENCE[0] as string;
+const PAR = `${ISSUER}/par`;
+const TOKEN = `${ISSUER}/token`;
 const URN = /^urn:ietf:params:oauth:request_uri:[A-Za-z0-9_-]{43}$/;
 
 async function config(): Promise<Config> {
@@ -203,6 +208,62 @@ for (const kind of STORE_KINDS) {
       const requestUri = (await push(t.app, authorizationPairs('pushy'))).json().request_uri as string;
       const back = await signIn(t.app, await authorizeWith(t.app, [['client_id', 'pushy'], ['request_uri', requestUri]]));
       assert.ok(back.searchParams.get('code'));
+    });
+
+    /** A push by `spa` carrying DPoP `proofs` (RFC 9449 §10.1), and the verifier its code will need. */
+    const pushWithProof = async (proofs: string | string[], extra: readonly (readonly [string, string])[] = []): Promise<{ pushed: LightMyRequestResponse; verifier: string }> => {
+      const { verifier, challenge } = pkce();
+      const pairs = authorizationPairs('spa', [...extra]).map(([name, value]) => [name, name === 'code_challenge' ? challenge : value] as const);
+      const pushed = await t.app.inject({ method: 'POST', url: '/par', headers: { 'content-type': 'application/x-www-form-urlencoded', dpop: proofs }, payload: form(pairs) });
+      return { pushed, verifier };
+    };
+    const parProof = (key: ClientKey, htu = PAR): Promise<string> => proof(key, { htu, iat: Math.floor(clock / 1000) });
+    const exchange = (code: string, verifier: string, dpop?: string): Promise<LightMyRequestResponse> =>
+      t.app.inject({
+        method: 'POST',
+        url: '/token',
+        headers: { 'content-type': 'application/x-www-form-urlencoded', ...(dpop !== undefined && { dpop }) },
+        payload: form([['grant_type', 'authorization_code'], ['code', code], ['redirect_uri', REDIRECT], ['code_verifier', verifier], ['client_id', 'spa']]),
+      });
+
+    test("a DPoP proof at /par binds the code to its key (RFC 9449 §10.1): the exchange needs that key's proof", async () => {
+      const key = await newKey('ES256');
+      const { pushed, verifier } = await pushWithProof(await parProof(key));
+      assert.equal(pushed.statusCode, 201, pushed.body);
+      const back = await signIn(t.app, await authorizeWith(t.app, [['client_id', 'spa'], ['request_uri', pushed.json().request_uri]]));
+      const code = back.searchParams.get('code') as string;
+      const unproven = await exchange(code, verifier);
+      assert.deepEqual(unproven.json(), { error: 'invalid_grant', error_description: 'the authorization code is bound to a DPoP key; send a DPoP proof made with that key' });
+      const other = await exchange(code, verifier, await proof(await newKey('ES256'), { htu: TOKEN, iat: Math.floor(clock / 1000) }));
+      assert.equal(other.json().error, 'invalid_grant');
+      const exchanged = await exchange(code, verifier, await proof(key, { htu: TOKEN, iat: Math.floor(clock / 1000) }));
+      assert.equal(exchanged.statusCode, 200, exchanged.body);
+      assert.equal(exchanged.json().token_type, 'DPoP');
+      assert.deepEqual(claimsOf(exchanged.json().access_token).cnf, { jkt: key.jkt });
+    });
+
+    test('at /par, dpop_jkt beside a proof of another key is invalid_request; a bad, repeated or reused proof is invalid_dpop_proof; nothing is kept', async () => {
+      const key = await newKey('ES256');
+      const before = await pushesStored(metrics);
+      const mismatch = (await pushWithProof(await parProof(key), [['dpop_jkt', (await newKey('ES256')).jkt]])).pushed;
+      assert.equal(mismatch.statusCode, 400);
+      assert.deepEqual(mismatch.json(), { error: 'invalid_request', error_description: 'dpop_jkt names another key than the one of the DPoP proof' });
+      for (const refused of [
+        (await pushWithProof(await parProof(key, TOKEN))).pushed,
+        (await pushWithProof([await parProof(key), await parProof(key)])).pushed,
+        (await pushWithProof('not-a-proof')).pushed,
+      ]) {
+        assert.equal(refused.statusCode, 400, refused.body);
+        assert.equal(refused.json().error, 'invalid_dpop_proof', refused.body);
+      }
+      assert.equal(await pushesStored(metrics), before);
+      // The same dpop_jkt as the proof's key is fine, and a proof is taken once.
+      const once = await parProof(key);
+      assert.equal((await pushWithProof(once, [['dpop_jkt', key.jkt]])).pushed.statusCode, 201);
+      const again = (await pushWithProof(once)).pushed;
+      assert.equal(again.json().error, 'invalid_dpop_proof');
+      assert.match(again.json().error_description, /already used/);
+      assert.equal(await pushesStored(metrics), before + 1);
     });
   });
 }

@@ -159,6 +159,32 @@ describe('openid-client v6 and a jose resource server against a listening Pinpoi
     assert.equal(tokens.token_type, 'bearer');
   });
 
+  test('buildAuthorizationUrlWithPAR with DPoP(): the proof at /par binds the code (RFC 9449 §10.1); only that key exchanges it', async () => {
+    const config = await client.discovery(new URL(issuer), 'spa', undefined, client.None(), insecure);
+    const keyPair = await client.randomDPoPKeyPair('ES256');
+    const DPoP = client.getDPoPHandle(config, keyPair);
+    const jkt = await calculateJwkThumbprint(await crypto.subtle.exportKey('jwk', keyPair.publicKey) as JWK, 'sha256');
+    const authorize = async (): Promise<{ callback: URL; pkceCodeVerifier: string; expectedState: string }> => {
+      const pkceCodeVerifier = client.randomPKCECodeVerifier();
+      const expectedState = client.randomState();
+      const url = await client.buildAuthorizationUrlWithPAR(
+        config,
+        { redirect_uri: REDIRECT, scope: 'openid', code_challenge: await client.calculatePKCECodeChallenge(pkceCodeVerifier), code_challenge_method: 'S256', state: expectedState },
+        { DPoP },
+      );
+      return { callback: await signIn(url), pkceCodeVerifier, expectedState };
+    };
+    const bound = await authorize();
+    const otherKey = client.getDPoPHandle(config, await client.randomDPoPKeyPair('ES256'));
+    await assert.rejects(
+      client.authorizationCodeGrant(config, bound.callback, { pkceCodeVerifier: bound.pkceCodeVerifier, expectedState: bound.expectedState }, undefined, { DPoP: otherKey }),
+      (error: { error?: string }) => error.error === 'invalid_grant',
+    );
+    const tokens = await client.authorizationCodeGrant(config, bound.callback, { pkceCodeVerifier: bound.pkceCodeVerifier, expectedState: bound.expectedState }, undefined, { DPoP });
+    assert.equal(tokens.token_type, 'dpop');
+    assert.deepEqual(decodeJwt(tokens.access_token).cnf, { jkt });
+  });
+
   test('PrivateKeyJwt(): PAR, the code exchange, a refresh and client_credentials of a client with keys', async () => {
     const config = await client.discovery(new URL(issuer), 'signer', undefined, client.PrivateKeyJwt(signerKey.privateKey), insecure);
     assert.ok(config.serverMetadata().token_endpoint_auth_methods_supported?.includes('private_key_jwt'));

@@ -217,7 +217,7 @@ function versionThreeRows(now: number, placeholder: (index: number) => string) {
   const rows = [
     insert('keys', 'kid, alg, private_jwk, created_at', [key.kid, key.alg, key.privateJwk, key.createdAt]),
     insert('grants', 'id, client_id, subject, scope, resources, claims, auth_time, created_at, expires_at', grantParams(grant)),
-    insert('authorization_codes', 'digest, grant_id, client_id, redirect_uri, code_challenge, nonce, expires_at', codeParams(code)),
+    insert('authorization_codes', 'digest, grant_id, client_id, redirect_uri, code_challenge, nonce, expires_at', codeParams(code).slice(0, 7)),
     insert('refresh_tokens', 'grant_id, digest, issued_at, expires_at', refreshTokenParams(token)),
     insert('sessions', 'digest, subject, claims, auth_time, expires_at', sessionParams(session)),
   ];
@@ -268,7 +268,7 @@ function versionFourRows(now: number, placeholder: (index: number) => string) {
   });
   const rows = [
     insert('grants', 'id, client_id, subject, scope, resources, claims, auth_time, created_at, expires_at', grantParams(grant)),
-    insert('authorization_codes', 'digest, grant_id, client_id, redirect_uri, code_challenge, nonce, expires_at, used', [...codeParams(code), 1]),
+    insert('authorization_codes', 'digest, grant_id, client_id, redirect_uri, code_challenge, nonce, expires_at, used', [...codeParams(code).slice(0, 7), 1]),
     insert('refresh_tokens', 'grant_id, digest, issued_at, expires_at, status', [...refreshTokenParams(rotated), 'rotated']),
     insert('refresh_tokens', 'grant_id, digest, issued_at, expires_at, status', [...refreshTokenParams(token), 'active']),
   ];
@@ -414,6 +414,17 @@ function storeSuite(name: string, backend: () => Backend): void {
       const lookup = await store.findCode(bareCode.digest, now);
       assert.deepEqual(lookup, { status: 'active', code: bareCode, grant: bare });
       assert.ok(lookup.status === 'active' && !('nonce' in lookup.code));
+      assert.ok(lookup.status === 'active' && !('boundKey' in lookup.code), 'a code of a request without dpop_jkt is bound to no key');
+    });
+
+    it('keeps the DPoP key a code is bound to (RFC 9449 §10), also once the code is used', async () => {
+      const { store, now, grant } = await openWithCode();
+      const bound = { ...makeCode(grant, now), boundKey: 'Nl9Nc2nIB6G9-fLu2yaPyEBoT5s9KpYWv4i8gG1qI5c' };
+      const other = makeGrant(now);
+      await store.createGrantWithCode(other, { ...bound, grantId: other.id });
+      assert.deepEqual(await store.findCode(bound.digest, now), { status: 'active', code: { ...bound, grantId: other.id }, grant: other });
+      assert.ok(await store.consumeCode(bound.digest, now, now + MINUTE));
+      assert.deepEqual(await store.findCode(bound.digest, now), { status: 'used', code: { ...bound, grantId: other.id } });
     });
 
     it('writes neither grant nor code when the code cannot be stored', async () => {

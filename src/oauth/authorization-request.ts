@@ -21,6 +21,8 @@ export type AuthorizationValidation =
   | { readonly ok: false; readonly redirect: { readonly error: OAuthError; readonly redirectUri: string; readonly state?: string } };
 
 const CODE_CHALLENGE = /^[A-Za-z0-9_-]{43}$/;
+/** RFC 9449 §10: dpop_jkt is a JWK SHA-256 thumbprint (RFC 7638), base64url without padding. */
+const DPOP_JKT = /^[A-Za-z0-9_-]{43}$/;
 
 /**
  * Where the parameters come from: /authorize's query or form, a request pushed to /par and now used at /authorize
@@ -90,6 +92,14 @@ function codeChallengeOf(params: Params): string | OAuthError {
   return codeChallenge;
 }
 
+/** RFC 9449 §10: the key the code is to be bound to, when the request names one. */
+function dpopJktOf(params: Params): string | undefined | OAuthError {
+  if (!params.has('dpop_jkt')) return undefined;
+  const jkt = single(params, 'dpop_jkt');
+  if (jkt === undefined || !DPOP_JKT.test(jkt)) return new OAuthError('invalid_request', 'dpop_jkt must be the base64url SHA-256 JWK thumbprint of a DPoP key (RFC 9449 §10)');
+  return jkt;
+}
+
 /** The scope the request asks, within what the client may ask. */
 function scopeOf(params: Params, client: ClientRecord): readonly string[] | OAuthError {
   // DESIGN.md §4 seed rule: configured clients must send scope; a dynamic client without one gets its default (§9).
@@ -128,6 +138,8 @@ export function validateAuthorizationRequest(
   if (wrongForm !== undefined) return back(wrongForm);
   const codeChallenge = codeChallengeOf(params);
   if (codeChallenge instanceof OAuthError) return back(codeChallenge);
+  const dpopJkt = dpopJktOf(params);
+  if (dpopJkt instanceof OAuthError) return back(dpopJkt);
   const scope = scopeOf(params, client);
   if (scope instanceof OAuthError) return back(scope);
   const interaction = interactionOf(params);
@@ -147,6 +159,7 @@ export function validateAuthorizationRequest(
       resources: resourceDecision.value,
       prompt: interaction.prompt,
       maxAge: interaction.maxAge,
+      ...(dpopJkt !== undefined && { dpopJkt }),
     },
   };
 }

@@ -34,6 +34,7 @@ export async function completeAuthorization(
     codeChallenge: request.codeChallenge,
     nonce: request.nonce,
     expiresAt: now + CODE_LIFETIME_MS,
+    ...(request.dpopJkt !== undefined && { boundKey: request.dpopJkt }),
   });
   return redirectWith(request.redirectUri, { code: code.value, state: request.state, iss: issuer });
 }

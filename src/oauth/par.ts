@@ -13,6 +13,7 @@ import { OAuthError } from '../policy/oauth-error.js';
 import type { PushedRequestRecord, PushedRequestStore, ReplayStore } from '../store/types.js';
 import { validateAuthorizationRequest } from './authorization-request.js';
 import { assertionVerifier, authenticateClient, claimedClient } from '../clients/authentication.js';
+import { proofOf, useProofOnce } from './dpop-request.js';
 import { handleFormEndpoint, type FormEndpointDeps } from './form-endpoint.js';
 
 /** RFC 9126 §2.2: the request_uri is this URN and a random value. */
@@ -31,10 +32,18 @@ export function pushedRequestDigest(requestUri: string): string | undefined {
   return /^[A-Za-z0-9_-]{43}$/.test(value) ? digestOf(value) : undefined;
 }
 
-/** The parameters /authorize will run with: what was pushed, its client_id the authenticated client's. */
-function authorizationParameters(params: Params, clientId: string): Params {
+/**
+ * The parameters /authorize will run with: what was pushed, its client_id the authenticated client's, and the key of
+ * the push's DPoP proof as dpop_jkt (RFC 9449 §10.1: the code will be bound to it).
+ */
+function authorizationParameters(params: Params, clientId: string, proofKey: string | undefined): Params {
   const kept = new Map<string, readonly string[]>([...params].filter(([name]) => !CLIENT_AUTHENTICATION.has(name)));
   kept.set('client_id', [clientId]);
+  if (proofKey === undefined) return kept;
+  // RFC 9449 §10.1: dpop_jkt and a proof that disagree are refused; a repeated dpop_jkt was refused before.
+  const named = params.get('dpop_jkt')?.[0];
+  if (named !== undefined && named !== proofKey) throw new OAuthError('invalid_request', 'dpop_jkt names another key than the one of the DPoP proof');
+  kept.set('dpop_jkt', [proofKey]);
   return kept;
 }
 
@@ -52,9 +61,11 @@ export function parRoutes(deps: ParRouteDeps): FastifyPluginAsync {
   return async (app) => {
     app.post('/par', async (request, reply) =>
       handleFormEndpoint(deps, request, reply, async (params, presented) => {
+        // RFC 9449 §10.1: a DPoP proof at /par binds the code to its key; judged before the client, as at /token.
+        const proof = await proofOf(deps, request);
         const { client, useCredentialOnce } = await authenticateClient(presented, await claimedClient(deps.clients, presented), verifyAssertion);
         request.clientId = client.clientId;
-        const pushed = authorizationParameters(params, client.clientId);
+        const pushed = authorizationParameters(params, client.clientId, proof?.jkt);
         const validation = validateAuthorizationRequest(pushed, { found: true, client }, deps.issuer, 'par');
         // One validation, two renderings: what /authorize shows on a page or sends back to the client is JSON here.
         if (!validation.ok) {
@@ -63,6 +74,7 @@ export function parRoutes(deps: ParRouteDeps): FastifyPluginAsync {
         }
         await useCredentialOnce();
         const now = deps.now();
+        if (proof !== undefined) await useProofOnce(store, proof, now);
         const secret = newSecret();
         const record: PushedRequestRecord = { digest: secret.digest, clientId: client.clientId, parameters: [...pushed], expiresAt: now + PUSHED_REQUEST_LIFETIME_MS };
         await store.savePushedRequest(record);

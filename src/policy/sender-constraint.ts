@@ -27,12 +27,15 @@ export function refreshTokenBinding(client: BindingClient, proofKey: string | un
   return boundBefore ?? proofKey;
 }
 
-/** RFC 9449 §5: a bound refresh token is used only with a proof by its key; refused as invalid_grant, changing nothing. */
-export function bindingRefusal(boundKey: string | undefined, proofKey: string | undefined): OAuthError | undefined {
+/**
+ * RFC 9449 §5 and §10: a bound refresh token, or a code whose authorization request named dpop_jkt, is used only with a
+ * proof by its key; refused as invalid_grant, changing nothing.
+ */
+export function bindingRefusal(boundKey: string | undefined, proofKey: string | undefined, credential: 'refresh token' | 'authorization code' = 'refresh token'): OAuthError | undefined {
   if (boundKey === undefined || boundKey === proofKey) return undefined;
   return invalidGrant(
     proofKey === undefined
-      ? 'the refresh token is bound to a DPoP key; send a DPoP proof made with that key'
-      : 'the refresh token is bound to another DPoP key than the one of this proof',
+      ? `the ${credential} is bound to a DPoP key; send a DPoP proof made with that key`
+      : `the ${credential} is bound to another DPoP key than the one of this proof`,
   );
 }

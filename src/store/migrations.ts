@@ -247,6 +247,11 @@ export const MIGRATIONS: readonly Migration[] = [
       'CREATE INDEX pushed_requests_expires_at ON pushed_requests (expires_at)',
     ],
   },
+  {
+    version: 8,
+    description: 'DPoP-bound authorization codes (RFC 9449 §10): a code may be bound to the key its authorization request named',
+    statements: () => ['ALTER TABLE authorization_codes ADD COLUMN dpop_jkt TEXT'],
+  },
 ];
 
 const MIGRATIONS_TABLE = 'CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at BIGINT NOT NULL)';

@@ -124,6 +124,7 @@ export interface CodeRow extends GrantRow {
   nonce: string | null;
   code_expires_at: Numeric;
   used: number | boolean;
+  code_dpop_jkt: string | null;
 }
 
 /**
@@ -142,6 +143,7 @@ export function codeLookupFromRow(row: CodeRow | undefined, now: number): CodeLo
     codeChallenge: row.code_challenge,
     ...(row.nonce === null ? {} : { nonce: row.nonce }),
     expiresAt: Number(row.code_expires_at),
+    ...(row.code_dpop_jkt === null ? {} : { boundKey: row.code_dpop_jkt }),
   };
   if (isTrue(row.used)) return { status: 'used', code };
   return code.expiresAt > now ? { status: 'active', code, grant } : { status: 'unknown' };
@@ -156,6 +158,7 @@ export const codeParams = (code: AuthorizationCodeRecord): unknown[] => [
   code.codeChallenge,
   code.nonce ?? null,
   code.expiresAt,
+  code.boundKey ?? null,
 ];
 
 export interface RefreshRow extends GrantRow {

@@ -99,9 +99,9 @@ const texts = {
   isAccessTokenRevoked: 'SELECT 1 AS revoked FROM revoked_access_tokens WHERE jti = $1 AND expires_at > $2',
 
   insertCode:
-    'INSERT INTO authorization_codes (digest, grant_id, client_id, redirect_uri, code_challenge, nonce, expires_at) VALUES ($1, $2, $3, $4, $5, $6, $7)',
+    'INSERT INTO authorization_codes (digest, grant_id, client_id, redirect_uri, code_challenge, nonce, expires_at, dpop_jkt) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)',
   findCode: `SELECT c.digest AS code_digest, c.grant_id AS code_grant_id, c.client_id AS code_client_id, c.redirect_uri,
-      c.code_challenge, c.nonce, c.expires_at AS code_expires_at, c.used, ${GRANT_COLUMNS}
+      c.code_challenge, c.nonce, c.expires_at AS code_expires_at, c.used, c.dpop_jkt AS code_dpop_jkt, ${GRANT_COLUMNS}
     FROM authorization_codes c LEFT JOIN grants g ON g.id = c.grant_id WHERE c.digest = $1`,
   // A concurrent exchange of the same code waits for the row lock, then finds the code used.
   consumeCode: CONSUME_CODE,

@@ -93,6 +93,8 @@ export interface AuthorizationCodeRecord {
   readonly codeChallenge: string;
   readonly nonce?: string;
   readonly expiresAt: number;
+  /** RFC 9449 §10: the JWK thumbprint the authorization request named (dpop_jkt); only a proof by that key exchanges it. */
+  readonly boundKey?: string;
 }
 
 export type CodeLookup =
@@ -212,6 +214,8 @@ export interface PendingAuthorization {
   readonly prompt?: 'none' | 'login' | 'consent';
   /** Seconds (OIDC max_age). */
   readonly maxAge?: number;
+  /** RFC 9449 §10: the DPoP key (JWK SHA-256 thumbprint) the code will be bound to, from dpop_jkt or a proof at /par. */
+  readonly dpopJkt?: string;
 }
 
 /** What a sign-in is for: an authorization to resume at /authorize/resume, or a device approval. */

@@ -4,7 +4,7 @@ import { newRefreshToken } from '../../crypto/refresh-token.js';
 import { all, single } from '../../http/params.js';
 import { refreshLifetimeOf } from '../../policy/grant-eligibility.js';
 import type { Audience } from '../../policy/resource.js';
-import { refreshTokenBinding } from '../../policy/sender-constraint.js';
+import { bindingRefusal, refreshTokenBinding } from '../../policy/sender-constraint.js';
 import { badCode, checkCodeExchangeRequest, decideCodeExchange } from '../../policy/token-requests.js';
 import type { AuthorizationCodeRecord, AuthorizationCodeStore, Grant, GrantStore } from '../../store/types.js';
 import { issueTokens } from '../../tokens/response.js';
@@ -26,13 +26,18 @@ export function authorizationCodeGrant(deps: AuthorizationCodeGrantDeps): GrantH
   return {
     grantType: 'authorization_code',
 
-    async validate({ client, params, now }) {
+    async validate({ client, params, now, proofKey }) {
       const requested = all(params, 'resource');
       const sent = { code: single(params, 'code'), redirectUri: single(params, 'redirect_uri'), verifier: single(params, 'code_verifier') };
       const shape = checkCodeExchangeRequest(client, requested, sent);
       if (!shape.ok) return shape;
       const { code, redirectUri, verifier } = shape.value;
       const state = await store.findCode(digestOf(code), now);
+      // RFC 9449 §10: this client's code bound by dpop_jkt needs its key's proof, judged before replay detection so a
+      // stolen code presented without the key cannot revoke (another client's code is refused below as any unknown one).
+      const boundKey = state.status !== 'unknown' && state.code.clientId === client.clientId ? state.code.boundKey : undefined;
+      const unbound = bindingRefusal(boundKey, proofKey, 'authorization code');
+      if (unbound !== undefined) return { ok: false, error: unbound };
       const subjectExists = state.status !== 'active' || deps.isKnownSubject(state.grant.subject);
       const verifierChallenge = pkceChallengeOf(verifier);
       const decision = decideCodeExchange({ client, issuer: deps.issuer, state, redirectUri, verifierChallenge, requested, subjectExists });
