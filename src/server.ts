@@ -71,6 +71,11 @@ export async function startServer(config: Config, options: ServerOptions): Promi
     await store.close();
   };
 
+  // DESIGN.md §11: a worker that starts later serves only once it counts what the serving ones count.
+  const caughtUp = await options.limiterLink?.catchUp?.();
+  if (caughtUp?.outcome === 'taken') logger.info({ from: caughtUp.giver, windows: caughtUp.windows }, 'failure counts taken over from a serving worker');
+  else if (caughtUp !== undefined && caughtUp.outcome !== 'none serving') logger.warn({ outcome: caughtUp.outcome }, 'no failure counts taken over: this worker counts from zero');
+
   try {
     await app.listen({ host: config.listen.host, port: config.listen.port });
   } catch (error) {

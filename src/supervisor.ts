@@ -2,7 +2,8 @@
  * The primary of `pinpoint serve` (DESIGN.md §11): it only supervises. It starts N workers (worker.ts) sharing the
  * one listener (node:cluster), restarts one that dies (backing off when they die young), passes SIGTERM/SIGINT on
  * (each worker answers what it has in flight, then the primary exits 0), replaces the workers one at a time on
- * SIGHUP when the re-read config is valid, relays limiter counts between workers and serves their summed metrics.
+ * SIGHUP when the re-read config is valid, relays limiter counts between workers (and from a serving worker to one
+ * that starts) and serves their summed metrics.
  */
 import cluster, { type Worker } from 'node:cluster';
 import { randomBytes } from 'node:crypto';
@@ -17,7 +18,7 @@ import type { Config } from './config/types.js';
 import { formatListen } from './config/urls.js';
 import { workerCount, workersWithoutState, type WorkersSetting } from './config/workers.js';
 import { clusterMetrics, processRegistry, serveMetrics, type MetricsText } from './http/metrics.js';
-import { fanOutLimiterMessage, isLimiterMessage } from './http/shared-limiter.js';
+import { fanOutLimiterMessage, isHandoverMessage, isLimiterMessage, relayHandover } from './http/shared-limiter.js';
 import { createLogger } from './log.js';
 import { VERSION } from './version.js';
 import { isWorkerMessage, type PrimaryMessage } from './worker-protocol.js';
@@ -238,6 +239,10 @@ class Supervisor {
         fanOutLimiterMessage(message, worker, this.#workers());
         return;
       }
+      if (isHandoverMessage(message)) {
+        relayHandover(message, worker, this.#serving(), this.#workers());
+        return;
+      }
       if (!isWorkerMessage(message)) return;
       if (message.pinpoint === 'hello') {
         // A worker asked to stop before it said hello has nothing to start.
@@ -266,6 +271,11 @@ class Supervisor {
 
   #workers(): Worker[] {
     return [...this.#members].map((member) => member.worker);
+  }
+
+  /** Workers serving and not asked to stop, the longest serving first (members are kept in start order). */
+  #serving(): Worker[] {
+    return [...this.#members].filter((member) => member.ready && !member.retiring).map((member) => member.worker);
   }
 
   #onExit(member: Member, code: number | null, signal: string | null): void {

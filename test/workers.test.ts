@@ -145,6 +145,25 @@ function metricValue(text: string, name: string, labels: string): number | undef
   return line === undefined ? undefined : Number(line.slice(line.lastIndexOf(' ') + 1));
 }
 
+/** A client_credentials request for `clientId` with a wrong secret, from `address`: one failure of that client there. */
+const wrongSecret = (baseUrl: string, clientId: string, address: string): Promise<Answer> =>
+  fresh(baseUrl, '/token', { pairs: [['grant_type', 'client_credentials']], auth: basic(clientId, 'wrong'), address });
+
+/** Fails `clientId` from `address` until the server answers 429 (client_failures = 5, so 12 tries are plenty). */
+async function useUpClientFailures(server: PinpointProcess, clientId: string, address: string): Promise<void> {
+  const statuses = (await sequence(12, () => wrongSecret(server.baseUrl, clientId, address))).map((answer) => answer.status);
+  assert.ok(statuses.slice(-4).every((status) => status === 429), `the limit is reached: ${statuses.join(' ')}`);
+}
+
+/** Eight more tries of `clientId` from `address`: every one is 429, and both workers (pids `workers`) answered some. */
+async function stillLimitedEverywhere(server: PinpointProcess, clientId: string, address: string, workers: readonly number[]): Promise<void> {
+  const answers = await sequence(8, () => wrongSecret(server.baseUrl, clientId, address));
+  const pids = await Promise.all(answers.map((answer) => pidOf(server, answer.requestId)));
+  const described = answers.map((answer, i) => `${answer.status}@${pids[i]}`).join(' ');
+  assert.deepEqual([...new Set(pids)].sort((a, b) => a - b), [...workers].sort((a, b) => a - b), `both workers answered: ${described}`);
+  assert.ok(answers.every((answer) => answer.status === 429), `every worker still refuses: ${described}`);
+}
+
 /** Every test of one store: one server with 2 workers, changed and stopped along the way. */
 function workersSuite(state: () => Promise<StateSpec>, how: 'config' | 'flag'): void {
   let deployment: Deployment | undefined;
@@ -253,6 +272,23 @@ function workersSuite(state: () => Promise<StateSpec>, how: 'config' | 'flag'): 
     assert.ok(server.logs.some((record) => record.msg === 'a worker stopped unexpectedly; starting another' && record.worker === victim), server.output);
   });
 
+  test('a worker started in place of a SIGKILLed one takes the server-wide failure counts: 429 at every worker', async () => {
+    const address = '192.0.2.91';
+    await useUpClientFailures(server, 'handover-kill', address);
+    const [victim, survivor] = await twoWorkers(server);
+    process.kill(victim as number, 'SIGKILL');
+    const replaced = await eventually('a replacement worker', async () => {
+      const children = await childrenOf(server.child.pid as number);
+      return children.length === 2 && !children.includes(victim as number) && children.includes(survivor as number) ? children : undefined;
+    });
+    const newcomer = replaced.find((pid) => pid !== survivor) as number;
+    await eventually('the new worker answering', async () => {
+      const answer = await fresh(server.baseUrl, '/healthz');
+      return answer.status === 200 && (await pidOf(server, answer.requestId)) === newcomer;
+    });
+    await stillLimitedEverywhere(server, 'handover-kill', address, replaced);
+  });
+
   test('SIGHUP with a valid changed config: the new client is served, every worker is replaced, no request is refused meanwhile', async () => {
     const before = await twoWorkers(server);
     await writeFile(deployment?.configFile as string, baseText + (await addClient(deployment as Deployment, 'second', 'second-secret')));
@@ -273,6 +309,18 @@ function workersSuite(state: () => Promise<StateSpec>, how: 'config' | 'flag'): 
     assert.ok(after.every((pid) => !before.includes(pid)), `both workers replaced: ${before} -> ${after}`);
     const answers = await sequence(4, () => clientCredentials(server.baseUrl, 'second', 'second-secret'));
     assert.deepEqual(answers.map((answer) => answer.status), [200, 200, 200, 200]);
+  });
+
+  test('a reload replaces every worker, and the new ones take the failure counts of the old: 429 at every worker', async () => {
+    const address = '192.0.2.92';
+    await useUpClientFailures(server, 'handover-reload', address);
+    const before = await twoWorkers(server);
+    const reloadsBefore = server.logs.filter((record) => String(record.msg).startsWith('configuration reloaded')).length;
+    process.kill(server.child.pid as number, 'SIGHUP');
+    await eventually('the reload', () => server.logs.filter((record) => String(record.msg).startsWith('configuration reloaded')).length > reloadsBefore);
+    const after = await twoWorkers(server);
+    assert.ok(after.every((pid) => !before.includes(pid)), `both workers replaced: ${before} -> ${after}`);
+    await stillLimitedEverywhere(server, 'handover-reload', address, after);
   });
 
   test('SIGHUP with an invalid config changes nothing and logs every problem', async () => {
