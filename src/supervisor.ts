@@ -31,6 +31,8 @@ const MAX_RESTART_DELAY_MS = 10_000;
 const MAX_YOUNG_DEATHS = 10;
 /** A worker not serving this long after it was forked is stuck (a store that never answers): it is killed, as if it had died. */
 const START_TIMEOUT_MS = 60_000;
+/** The slot whose worker sweeps the store and writes the key_rotation audit line (every N has a slot 0). */
+const HOUSEKEEPING_SLOT = 0;
 /** A worker asked to stop that still has requests after this long is killed, so no hung request holds a stop or a reload forever. */
 const DRAIN_TIMEOUT_MS = 30_000;
 
@@ -248,7 +250,7 @@ class Supervisor {
         // A worker asked to stop before it said hello has nothing to start.
         const start: PrimaryMessage = member.retiring
           ? { pinpoint: 'stop' }
-          : { pinpoint: 'start', config: prepared.config, slot, ...(prepared.https !== undefined && { https: prepared.https }) };
+          : { pinpoint: 'start', config: prepared.config, slot, housekeeper: slot === HOUSEKEEPING_SLOT, ...(prepared.https !== undefined && { https: prepared.https }) };
         worker.send(start, undefined, () => undefined);
       } else if (message.pinpoint === 'ready') {
         clearTimeout(stuck);

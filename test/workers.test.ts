@@ -164,6 +164,14 @@ async function stillLimitedEverywhere(server: PinpointProcess, clientId: string,
   assert.ok(answers.every((answer) => answer.status === 429), `every worker still refuses: ${described}`);
 }
 
+/** The kids of the signing keys one answer of /jwks publishes, and the pid of the worker that answered. */
+async function jwksAt(server: PinpointProcess): Promise<{ pid: number; kids: string[] }> {
+  const answer = await fresh(server.baseUrl, '/jwks');
+  assert.equal(answer.status, 200, answer.body);
+  const kids = (JSON.parse(answer.body) as { keys: { kid: string }[] }).keys.map((key) => key.kid);
+  return { pid: await pidOf(server, answer.requestId), kids };
+}
+
 /** Every test of one store: one server with 2 workers, changed and stopped along the way. */
 function workersSuite(state: () => Promise<StateSpec>, how: 'config' | 'flag'): void {
   let deployment: Deployment | undefined;
@@ -252,6 +260,34 @@ function workersSuite(state: () => Promise<StateSpec>, how: 'config' | 'flag'): 
       assert.ok(metricValue(text, 'process_resident_memory_bytes', `worker="${worker}"`) !== undefined, `memory of worker ${worker}:\n${text}`);
     }
     assert.equal((await fresh(server.baseUrl, '/metrics')).status, 404, 'never on the main listener');
+  });
+
+  test('keys rotate: both workers publish the new keys, and exactly one key_rotation audit line is written (the housekeeper\'s)', async () => {
+    const workers = await twoWorkers(server);
+    const audited = (): Record<string, unknown>[] => server.logs.filter((record) => record.audit === true && record.event === 'key_rotation');
+    const auditedBefore = audited().length;
+    const rotated = await cli(['keys', 'rotate', '--config', deployment?.configFile as string]);
+    assert.equal(rotated.code, 0, rotated.stderr);
+    const kids = [...rotated.stdout.matchAll(/^(\S+) +(?:ES256|RS256) +new$/gm)].map((match) => match[1] as string);
+    assert.equal(kids.length, 2, rotated.stdout);
+    // Each worker re-reads the keys every 10 s: 150 tries of about 100 ms cover it.
+    const publishing = new Set<number>();
+    await eventually(
+      'both workers publishing the new keys',
+      async () => {
+        const { pid, kids: published } = await jwksAt(server);
+        if (kids.every((kid) => published.includes(kid))) publishing.add(pid);
+        return publishing.size === 2;
+      },
+      150,
+    );
+    assert.deepEqual([...publishing].sort((a, b) => a - b), workers);
+    // A second worker's line would be written within 200 ms of its reload (the log's flush).
+    await sleep(1000);
+    const lines = audited().slice(auditedBefore);
+    assert.equal(lines.length, 1, `key_rotation lines: ${JSON.stringify(lines)}`);
+    assert.ok(workers.includes(lines[0]?.pid as number), 'written by a worker');
+    assert.deepEqual([...(lines[0]?.published as string[])].sort(), [...kids].sort());
   });
 
   test('a SIGKILLed worker is replaced and serving resumes', async () => {
