@@ -116,9 +116,14 @@ async function childrenOf(pid: number): Promise<number[]> {
 /** Both workers up and serving (the start line is printed once every worker serves). */
 async function twoWorkers(server: PinpointProcess): Promise<number[]> {
   await eventually('the start line', () => server.logs.some((record) => record.msg === 'pinpoint is serving'));
+  let seen: number[] = [];
   return eventually('two worker processes', async () => {
-    const children = await childrenOf(server.child.pid as number);
-    return children.length === 2 ? children : undefined;
+    seen = await childrenOf(server.child.pid as number);
+    return seen.length === 2 ? seen : undefined;
+  }).catch(async (error: Error) => {
+    // Say what was there instead, for a failure seen only now and then.
+    const commands = await Promise.all(seen.map(async (pid) => `${pid} ${(await readFile(`/proc/${pid}/cmdline`, 'utf8').catch(() => 'gone')).replaceAll('\0', ' ')}`));
+    throw new Error(`${error.message}; children of the primary: ${commands.join(', ') || 'none'}; primary ${server.hasExited ? 'exited' : 'running'}\n${server.output.slice(-4000)}`);
   });
 }
 
