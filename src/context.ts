@@ -126,5 +126,5 @@ export function makeServices(
 
 /** A limiter whose counts hold for every worker (DESIGN.md §11) when there is a link to them; alone, it is itself. */
 function shareable(name: string, limiter: FixedWindowLimiter, windowMs: number, link: LimiterLink | undefined): FixedWindowLimiter {
-  return link === undefined ? limiter : sharedLimiter(name, limiter, link, { readOnly: ['check'], changedNothing: isLimitedVerdict, handleLifetimeMs: windowMs });
+  return link === undefined ? limiter : sharedLimiter(name, limiter, link, { readOnly: ['check', 'snapshot'], changedNothing: isLimitedVerdict, handleLifetimeMs: windowMs });
 }

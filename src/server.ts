@@ -1,4 +1,4 @@
-/** One serving process (a worker, DESIGN.md §11): open the store, load keys, listen, sweep, and close gracefully. */
+/** One serving process (a worker, DESIGN.md §11): open the store, load keys, listen, keep house if asked, and close gracefully. */
 import type { FastifyInstance } from 'fastify';
 import type { Logger } from 'pino';
 import { buildApp } from './app.js';
@@ -7,10 +7,8 @@ import { KeyRing } from './crypto/keys.js';
 import { MetadataDocuments } from './clients/metadata-document.js';
 import type { Metrics } from './http/metrics.js';
 import type { LimiterLink } from './http/shared-limiter.js';
+import { startHousekeeping } from './housekeeping.js';
 import { openStore } from './store/open.js';
-
-/** How often expired state is swept (DESIGN.md §6). */
-const SWEEP_INTERVAL_MS = 60_000;
 
 export interface ServerOptions {
   readonly logger: Logger;
@@ -19,6 +17,8 @@ export interface ServerOptions {
   readonly https?: { readonly cert: Buffer; readonly key: Buffer };
   /** Shares limiter counts with the other workers (DESIGN.md §11). */
   readonly limiterLink?: LimiterLink;
+  /** Whether this server sweeps the store and writes the key_rotation audit line (one worker does); true by default. */
+  readonly housekeeper?: boolean;
 }
 
 export interface RunningServer {
@@ -40,10 +40,6 @@ export async function startServer(config: Config, options: ServerOptions): Promi
     throw new Error(`cannot open the state store (${describeState(config)})${cause}`);
   });
   const keys = await KeyRing.open(store);
-  keys.start(
-    (error) => logger.warn({ err: { message: (error as Error).message } }, 'signing keys could not be re-read; the keys in use stay'),
-    (change) => logger.info({ audit: true, event: 'key_rotation', ...change }, 'signing keys changed'),
-  );
   // DESIGN.md §9: client ID metadata documents are fetched only when dynamic_clients turns them on.
   const dynamic = config.dynamicClients;
   const documents = dynamic?.metadataDocuments === true ? new MetadataDocuments({ allowPrivateAddresses: dynamic.allowPrivateAddresses, log: logger }) : undefined;
@@ -58,18 +54,18 @@ export async function startServer(config: Config, options: ServerOptions): Promi
     ...(options.limiterLink !== undefined && { limiterLink: options.limiterLink }),
   });
 
-  const sweep = setInterval(() => {
-    store.sweep(Date.now()).catch((error: unknown) => logger.warn({ err: { message: (error as Error).message } }, 'sweep failed'));
-  }, SWEEP_INTERVAL_MS);
-  sweep.unref();
-
+  const stopHousekeeping = startHousekeeping({ store, keys, logger, housekeeper: options.housekeeper ?? true });
   const close = async (): Promise<void> => {
-    clearInterval(sweep);
-    keys.stop();
+    stopHousekeeping();
     await app.close();
     await documents?.close();
     await store.close();
   };
+
+  // DESIGN.md §11: a worker that starts later serves only once it counts what the serving ones count.
+  const caughtUp = await options.limiterLink?.catchUp?.();
+  if (caughtUp?.outcome === 'taken') logger.info({ from: caughtUp.giver, windows: caughtUp.windows }, 'failure counts taken over from a serving worker');
+  else if (caughtUp !== undefined && caughtUp.outcome !== 'none serving') logger.warn({ outcome: caughtUp.outcome }, 'no failure counts taken over: this worker counts from zero');
 
   try {
     await app.listen({ host: config.listen.host, port: config.listen.port });

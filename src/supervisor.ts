@@ -2,7 +2,8 @@
  * The primary of `pinpoint serve` (DESIGN.md §11): it only supervises. It starts N workers (worker.ts) sharing the
  * one listener (node:cluster), restarts one that dies (backing off when they die young), passes SIGTERM/SIGINT on
  * (each worker answers what it has in flight, then the primary exits 0), replaces the workers one at a time on
- * SIGHUP when the re-read config is valid, relays limiter counts between workers and serves their summed metrics.
+ * SIGHUP when the re-read config is valid, relays limiter counts between workers (and from a serving worker to one
+ * that starts) and serves their summed metrics.
  */
 import cluster, { type Worker } from 'node:cluster';
 import { randomBytes } from 'node:crypto';
@@ -17,7 +18,7 @@ import type { Config } from './config/types.js';
 import { formatListen } from './config/urls.js';
 import { workerCount, workersWithoutState, type WorkersSetting } from './config/workers.js';
 import { clusterMetrics, processRegistry, serveMetrics, type MetricsText } from './http/metrics.js';
-import { fanOutLimiterMessage, isLimiterMessage } from './http/shared-limiter.js';
+import { fanOutLimiterMessage, isHandoverMessage, isLimiterMessage, relayHandover } from './http/shared-limiter.js';
 import { createLogger } from './log.js';
 import { VERSION } from './version.js';
 import { isWorkerMessage, type PrimaryMessage } from './worker-protocol.js';
@@ -30,6 +31,8 @@ const MAX_RESTART_DELAY_MS = 10_000;
 const MAX_YOUNG_DEATHS = 10;
 /** A worker not serving this long after it was forked is stuck (a store that never answers): it is killed, as if it had died. */
 const START_TIMEOUT_MS = 60_000;
+/** The slot whose worker sweeps the store and writes the key_rotation audit line (every N has a slot 0). */
+const HOUSEKEEPING_SLOT = 0;
 /** A worker asked to stop that still has requests after this long is killed, so no hung request holds a stop or a reload forever. */
 const DRAIN_TIMEOUT_MS = 30_000;
 
@@ -238,12 +241,16 @@ class Supervisor {
         fanOutLimiterMessage(message, worker, this.#workers());
         return;
       }
+      if (isHandoverMessage(message)) {
+        relayHandover(message, worker, this.#serving(), this.#workers());
+        return;
+      }
       if (!isWorkerMessage(message)) return;
       if (message.pinpoint === 'hello') {
         // A worker asked to stop before it said hello has nothing to start.
         const start: PrimaryMessage = member.retiring
           ? { pinpoint: 'stop' }
-          : { pinpoint: 'start', config: prepared.config, slot, ...(prepared.https !== undefined && { https: prepared.https }) };
+          : { pinpoint: 'start', config: prepared.config, slot, housekeeper: slot === HOUSEKEEPING_SLOT, ...(prepared.https !== undefined && { https: prepared.https }) };
         worker.send(start, undefined, () => undefined);
       } else if (message.pinpoint === 'ready') {
         clearTimeout(stuck);
@@ -266,6 +273,11 @@ class Supervisor {
 
   #workers(): Worker[] {
     return [...this.#members].map((member) => member.worker);
+  }
+
+  /** Workers serving and not asked to stop, the longest serving first (members are kept in start order). */
+  #serving(): Worker[] {
+    return [...this.#members].filter((member) => member.ready && !member.retiring).map((member) => member.worker);
   }
 
   #onExit(member: Member, code: number | null, signal: string | null): void {

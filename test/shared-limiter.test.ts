@@ -6,7 +6,18 @@ import assert from 'node:assert/strict';
 import type { Worker } from 'node:cluster';
 import { describe, test } from 'node:test';
 import { FixedWindowLimiter } from '../src/http/rate-limit.js';
-import { fanOutLimiterMessage, isLimitedVerdict, sharedLimiter, type LimiterLink, type LimiterMessage } from '../src/http/shared-limiter.js';
+import {
+  fanOutLimiterMessage,
+  isHandoverMessage,
+  isLimitedVerdict,
+  isLimiterMessage,
+  relayHandover,
+  sharedLimiter,
+  type HandoverMessage,
+  type HandsOver,
+  type LimiterLink,
+  type LimiterMessage,
+} from '../src/http/shared-limiter.js';
 import { RestartBackoff } from '../src/supervisor.js';
 
 /** Workers on one primary: what one sends reaches the others when `deliver()` runs (messages in flight until then). */
@@ -133,6 +144,75 @@ describe('shared limiter', () => {
     const message: LimiterMessage = { pinpoint: 'limiter', limiter: 'failures', origin: '1.0', method: 'hit', args: ['k', 0] };
     fanOutLimiterMessage(message, sender, [sender, worker(2), worker(3, false), worker(4)]);
     assert.deepEqual(received, [2, 4]);
+  });
+});
+
+describe('handing counts to a worker that starts later', () => {
+  test('a shared limiter gives the link its own limiter, so what it takes over is not replayed to the others', () => {
+    const hub = new Hub();
+    const given = new Map<string, HandsOver>();
+    const link: LimiterLink = { ...hub.link(), handOver: (name, limiter) => void given.set(name, limiter) };
+    hub.link();
+    const local = new FixedWindowLimiter(60_000);
+    const shared = sharedLimiter('failures', local, link, { readOnly: ['check', 'snapshot'], handleLifetimeMs: 60_000 });
+    assert.equal(given.get('failures'), local);
+    given.get('failures')?.takeOver([['ip:a', 3, 60_000]], 0);
+    assert.equal(shared.check('ip:a', 3, 1).limited, true);
+    shared.snapshot(1);
+    assert.equal(hub.sent.length, 0, 'neither the takeover nor a snapshot is sent');
+  });
+
+  test('replayed calls and handover messages are checked field by field', () => {
+    const call = { pinpoint: 'limiter', limiter: 'failures', origin: '1.0', method: 'hit', args: ['k', 0] };
+    assert.equal(isLimiterMessage(call), true);
+    assert.equal(isLimiterMessage({ ...call, handle: 3 }), true);
+    for (const wrong of [{ ...call, method: 7 }, { ...call, args: 'k' }, { ...call, limiter: undefined }, { ...call, handle: -1 }, { ...call, of: '2' }, null, 'limiter']) {
+      assert.equal(isLimiterMessage(wrong), false, JSON.stringify(wrong));
+    }
+    const good: unknown[] = [
+      { pinpoint: 'limits-wanted' },
+      { pinpoint: 'limits-asked', for: 4 },
+      { pinpoint: 'limits', for: 4, limiters: {} },
+      { pinpoint: 'limits', for: 4, giver: 1234, limiters: { failures: [['ip:a', 1, 5]] } },
+    ];
+    for (const message of good) assert.equal(isHandoverMessage(message), true, JSON.stringify(message));
+    const bad: unknown[] = [
+      { pinpoint: 'limits-asked' },
+      { pinpoint: 'limits-asked', for: 1.5 },
+      { pinpoint: 'limits', for: 4 },
+      { pinpoint: 'limits', for: 4, limiters: [] },
+      { pinpoint: 'limits', for: 4, limiters: null },
+      { pinpoint: 'limits', for: '4', limiters: {} },
+      { pinpoint: 'limits', for: 4, giver: 'me', limiters: {} },
+      { pinpoint: 'limits-given' },
+      undefined,
+    ];
+    for (const message of bad) assert.equal(isHandoverMessage(message), false, JSON.stringify(message));
+  });
+
+  test('the primary asks the longest-serving other worker, answers at once when none serves, and passes an answer only to the worker it is for', () => {
+    const received: [number, HandoverMessage][] = [];
+    const worker = (id: number, connected = true): Worker =>
+      ({ id, isConnected: () => connected, send: (message: HandoverMessage) => received.push([id, message]) }) as unknown as Worker;
+    const [first, second, gone, starting] = [worker(1), worker(2), worker(3, false), worker(4)];
+    const all = [first, second, gone, starting];
+
+    relayHandover({ pinpoint: 'limits-wanted' }, starting, [gone, first, second], all);
+    assert.deepEqual(received.splice(0), [[1, { pinpoint: 'limits-asked', for: 4 }]], 'the first connected serving worker');
+
+    relayHandover({ pinpoint: 'limits-wanted' }, starting, [], all);
+    assert.deepEqual(received.splice(0), [[4, { pinpoint: 'limits', for: 4, limiters: {} }]], 'nobody to ask: nothing to take');
+
+    relayHandover({ pinpoint: 'limits-wanted' }, starting, [starting], all);
+    assert.deepEqual(received.splice(0), [[4, { pinpoint: 'limits', for: 4, limiters: {} }]], 'never itself');
+
+    const answer: HandoverMessage = { pinpoint: 'limits', for: 4, giver: 111, limiters: { failures: [] } };
+    relayHandover(answer, first, [first], all);
+    assert.deepEqual(received.splice(0), [[4, answer]]);
+
+    relayHandover({ pinpoint: 'limits', for: 3, giver: 111, limiters: {} }, first, [first], all);
+    relayHandover({ pinpoint: 'limits-asked', for: 1 }, starting, [first], all);
+    assert.deepEqual(received, [], 'nothing for a disconnected worker; a worker cannot ask another for counts');
   });
 });
 

@@ -116,9 +116,14 @@ async function childrenOf(pid: number): Promise<number[]> {
 /** Both workers up and serving (the start line is printed once every worker serves). */
 async function twoWorkers(server: PinpointProcess): Promise<number[]> {
   await eventually('the start line', () => server.logs.some((record) => record.msg === 'pinpoint is serving'));
+  let seen: number[] = [];
   return eventually('two worker processes', async () => {
-    const children = await childrenOf(server.child.pid as number);
-    return children.length === 2 ? children : undefined;
+    seen = await childrenOf(server.child.pid as number);
+    return seen.length === 2 ? seen : undefined;
+  }).catch(async (error: Error) => {
+    // Say what was there instead, for a failure seen only now and then.
+    const commands = await Promise.all(seen.map(async (pid) => `${pid} ${(await readFile(`/proc/${pid}/cmdline`, 'utf8').catch(() => 'gone')).replaceAll('\0', ' ')}`));
+    throw new Error(`${error.message}; children of the primary: ${commands.join(', ') || 'none'}; primary ${server.hasExited ? 'exited' : 'running'}\n${server.output.slice(-4000)}`);
   });
 }
 
@@ -143,6 +148,33 @@ async function addClient(deployment: Deployment, clientId: string, secret: strin
 function metricValue(text: string, name: string, labels: string): number | undefined {
   const line = text.split('\n').find((candidate) => candidate.startsWith(`${name}{`) && candidate.includes(labels));
   return line === undefined ? undefined : Number(line.slice(line.lastIndexOf(' ') + 1));
+}
+
+/** A client_credentials request for `clientId` with a wrong secret, from `address`: one failure of that client there. */
+const wrongSecret = (baseUrl: string, clientId: string, address: string): Promise<Answer> =>
+  fresh(baseUrl, '/token', { pairs: [['grant_type', 'client_credentials']], auth: basic(clientId, 'wrong'), address });
+
+/** Fails `clientId` from `address` until the server answers 429 (client_failures = 5, so 12 tries are plenty). */
+async function useUpClientFailures(server: PinpointProcess, clientId: string, address: string): Promise<void> {
+  const statuses = (await sequence(12, () => wrongSecret(server.baseUrl, clientId, address))).map((answer) => answer.status);
+  assert.ok(statuses.slice(-4).every((status) => status === 429), `the limit is reached: ${statuses.join(' ')}`);
+}
+
+/** Eight more tries of `clientId` from `address`: every one is 429, and both workers (pids `workers`) answered some. */
+async function stillLimitedEverywhere(server: PinpointProcess, clientId: string, address: string, workers: readonly number[]): Promise<void> {
+  const answers = await sequence(8, () => wrongSecret(server.baseUrl, clientId, address));
+  const pids = await Promise.all(answers.map((answer) => pidOf(server, answer.requestId)));
+  const described = answers.map((answer, i) => `${answer.status}@${pids[i]}`).join(' ');
+  assert.deepEqual([...new Set(pids)].sort((a, b) => a - b), [...workers].sort((a, b) => a - b), `both workers answered: ${described}`);
+  assert.ok(answers.every((answer) => answer.status === 429), `every worker still refuses: ${described}`);
+}
+
+/** The kids of the signing keys one answer of /jwks publishes, and the pid of the worker that answered. */
+async function jwksAt(server: PinpointProcess): Promise<{ pid: number; kids: string[] }> {
+  const answer = await fresh(server.baseUrl, '/jwks');
+  assert.equal(answer.status, 200, answer.body);
+  const kids = (JSON.parse(answer.body) as { keys: { kid: string }[] }).keys.map((key) => key.kid);
+  return { pid: await pidOf(server, answer.requestId), kids };
 }
 
 /** Every test of one store: one server with 2 workers, changed and stopped along the way. */
@@ -235,6 +267,34 @@ function workersSuite(state: () => Promise<StateSpec>, how: 'config' | 'flag'): 
     assert.equal((await fresh(server.baseUrl, '/metrics')).status, 404, 'never on the main listener');
   });
 
+  test('keys rotate: both workers publish the new keys, and exactly one key_rotation audit line is written (the housekeeper\'s)', async () => {
+    const workers = await twoWorkers(server);
+    const audited = (): Record<string, unknown>[] => server.logs.filter((record) => record.audit === true && record.event === 'key_rotation');
+    const auditedBefore = audited().length;
+    const rotated = await cli(['keys', 'rotate', '--config', deployment?.configFile as string]);
+    assert.equal(rotated.code, 0, rotated.stderr);
+    const kids = [...rotated.stdout.matchAll(/^(\S+) +(?:ES256|RS256) +new$/gm)].map((match) => match[1] as string);
+    assert.equal(kids.length, 2, rotated.stdout);
+    // Each worker re-reads the keys every 10 s: 150 tries of about 100 ms cover it.
+    const publishing = new Set<number>();
+    await eventually(
+      'both workers publishing the new keys',
+      async () => {
+        const { pid, kids: published } = await jwksAt(server);
+        if (kids.every((kid) => published.includes(kid))) publishing.add(pid);
+        return publishing.size === 2;
+      },
+      150,
+    );
+    assert.deepEqual([...publishing].sort((a, b) => a - b), workers);
+    // A second worker's line would be written within 200 ms of its reload (the log's flush).
+    await sleep(1000);
+    const lines = audited().slice(auditedBefore);
+    assert.equal(lines.length, 1, `key_rotation lines: ${JSON.stringify(lines)}`);
+    assert.ok(workers.includes(lines[0]?.pid as number), 'written by a worker');
+    assert.deepEqual([...(lines[0]?.published as string[])].sort(), [...kids].sort());
+  });
+
   test('a SIGKILLed worker is replaced and serving resumes', async () => {
     const [victim, survivor] = await twoWorkers(server);
     process.kill(victim as number, 'SIGKILL');
@@ -251,6 +311,23 @@ function workersSuite(state: () => Promise<StateSpec>, how: 'config' | 'flag'): 
     const answers = await sequence(6, () => clientCredentials(server.baseUrl));
     assert.deepEqual(answers.map((answer) => answer.status), [200, 200, 200, 200, 200, 200]);
     assert.ok(server.logs.some((record) => record.msg === 'a worker stopped unexpectedly; starting another' && record.worker === victim), server.output);
+  });
+
+  test('a worker started in place of a SIGKILLed one takes the server-wide failure counts: 429 at every worker', async () => {
+    const address = '192.0.2.91';
+    await useUpClientFailures(server, 'handover-kill', address);
+    const [victim, survivor] = await twoWorkers(server);
+    process.kill(victim as number, 'SIGKILL');
+    const replaced = await eventually('a replacement worker', async () => {
+      const children = await childrenOf(server.child.pid as number);
+      return children.length === 2 && !children.includes(victim as number) && children.includes(survivor as number) ? children : undefined;
+    });
+    const newcomer = replaced.find((pid) => pid !== survivor) as number;
+    await eventually('the new worker answering', async () => {
+      const answer = await fresh(server.baseUrl, '/healthz');
+      return answer.status === 200 && (await pidOf(server, answer.requestId)) === newcomer;
+    });
+    await stillLimitedEverywhere(server, 'handover-kill', address, replaced);
   });
 
   test('SIGHUP with a valid changed config: the new client is served, every worker is replaced, no request is refused meanwhile', async () => {
@@ -273,6 +350,18 @@ function workersSuite(state: () => Promise<StateSpec>, how: 'config' | 'flag'): 
     assert.ok(after.every((pid) => !before.includes(pid)), `both workers replaced: ${before} -> ${after}`);
     const answers = await sequence(4, () => clientCredentials(server.baseUrl, 'second', 'second-secret'));
     assert.deepEqual(answers.map((answer) => answer.status), [200, 200, 200, 200]);
+  });
+
+  test('a reload replaces every worker, and the new ones take the failure counts of the old: 429 at every worker', async () => {
+    const address = '192.0.2.92';
+    await useUpClientFailures(server, 'handover-reload', address);
+    const before = await twoWorkers(server);
+    const reloadsBefore = server.logs.filter((record) => String(record.msg).startsWith('configuration reloaded')).length;
+    process.kill(server.child.pid as number, 'SIGHUP');
+    await eventually('the reload', () => server.logs.filter((record) => String(record.msg).startsWith('configuration reloaded')).length > reloadsBefore);
+    const after = await twoWorkers(server);
+    assert.ok(after.every((pid) => !before.includes(pid)), `both workers replaced: ${before} -> ${after}`);
+    await stillLimitedEverywhere(server, 'handover-reload', address, after);
   });
 
   test('SIGHUP with an invalid config changes nothing and logs every problem', async () => {

@@ -15,6 +15,12 @@ const MAX_KEY_LENGTH = 128;
 /** Entries kept at most; beyond it, expired ones go first, then the oldest, so memory stays bounded under any key spray. */
 export const MAX_ENTRIES = 100_000;
 
+/** A live window as one worker hands it to another (DESIGN.md §11): its bounded key, its count, when it ends (epoch ms). */
+export type HandedWindow = readonly [key: string, count: number, endsAt: number];
+
+/** Windows handed over at most, highest counts first: whatever keys an attacker sprays, a handover stays under about 3 MB. */
+export const MAX_HANDED_WINDOWS = 20_000;
+
 export class FixedWindowLimiter {
   private readonly windows = new Map<string, { count: number; endsAt: number }>();
 
@@ -22,7 +28,6 @@ export class FixedWindowLimiter {
     private readonly windowMs: number,
     private readonly maxEntries = MAX_ENTRIES,
   ) {}
-
 
   /** Whether `key` has reached `limit` in its current window, without counting. */
   check(key: string, limit: number, now: number): RateLimitVerdict {
@@ -56,6 +61,38 @@ export class FixedWindowLimiter {
     return { limited: false, release };
   }
 
+  /** The live windows, for a worker that starts later (DESIGN.md §11); beyond `max`, those with the highest counts. */
+  snapshot(now: number, max = MAX_HANDED_WINDOWS): HandedWindow[] {
+    const live: HandedWindow[] = [];
+    for (const [key, window] of this.windows) if (window.endsAt > now && window.count > 0) live.push([key, window.count, window.endsAt]);
+    // The keys nearest their limits matter most: a spray of single failures is what gets left out.
+    if (live.length > max) live.sort((a, b) => b[1] - a[1] || b[2] - a[2]).length = max;
+    return live;
+  }
+
+  /**
+   * Takes in the windows another worker's snapshot() handed over: per key the larger count with its end, so a call
+   * replayed here meanwhile is never counted twice. Ended windows are dropped and the entry bound holds. Returns how
+   * many windows changed; throws, changing nothing, when `handed` is not what snapshot() gives.
+   */
+  takeOver(handed: unknown, now: number): number {
+    const windows = handedWindows(handed, now + this.windowMs);
+    if (windows === undefined) throw new TypeError('the handed-over limiter windows are malformed');
+    let taken = 0;
+    for (const [key, count, endsAt] of windows) {
+      if (endsAt <= now) continue;
+      const window = this.windows.get(key);
+      const live = window !== undefined && window.endsAt > now;
+      if (live && window.count >= count) continue;
+      // Changed in place, so a reservation taken here before still finds its window to release.
+      if (live) Object.assign(window, { count, endsAt });
+      else this.windows.set(key, { count, endsAt });
+      taken += 1;
+    }
+    this.keepInStartOrder(now);
+    return taken;
+  }
+
   /** The live window of a bounded key, started now when there is none. */
   private windowOf(bounded: string, now: number): { count: number; endsAt: number } {
     let window = this.windows.get(bounded);
@@ -77,6 +114,28 @@ export class FixedWindowLimiter {
       this.windows.delete(key);
     }
   }
+
+  /** Drops ended windows and re-inserts the rest by end (start order, which makeRoom relies on), the newest maxEntries. */
+  private keepInStartOrder(now: number): void {
+    const live = [...this.windows].filter(([, window]) => window.endsAt > now).sort(([, a], [, b]) => a.endsAt - b.endsAt);
+    this.windows.clear();
+    for (const [key, window] of live.slice(-this.maxEntries)) this.windows.set(key, window);
+  }
+}
+
+/** `value` as windows when it is what snapshot() gives (each end clipped to `latestEnd`), else undefined. */
+function handedWindows(value: unknown, latestEnd: number): HandedWindow[] | undefined {
+  if (!Array.isArray(value) || value.length > MAX_HANDED_WINDOWS) return undefined;
+  const windows: HandedWindow[] = [];
+  for (const entry of value as unknown[]) {
+    if (!Array.isArray(entry) || entry.length !== 3) return undefined;
+    const [key, count, endsAt] = entry as unknown[];
+    if (typeof key !== 'string' || key.length === 0 || key.length > MAX_KEY_LENGTH) return undefined;
+    if (typeof count !== 'number' || !Number.isSafeInteger(count) || count < 1 || typeof endsAt !== 'number' || !Number.isFinite(endsAt)) return undefined;
+    // No window lasts longer here than this limiter's own.
+    windows.push([key, count, Math.min(endsAt, latestEnd)]);
+  }
+  return windows;
 }
 
 function boundedKey(key: string): string {

@@ -2,6 +2,7 @@
  * Limits across workers (DESIGN.md §11): each worker keeps its own limiter for synchronous checks, and every call
  * that changes it is applied here and replayed, by name and arguments, at every other worker (through the primary,
  * which keeps nothing). So each worker's counters are the server-wide counts, save the messages still in flight.
+ * A worker that starts later (a restart, a reload) first takes a serving worker's live counts, then serves.
  */
 import type { Worker } from 'node:cluster';
 
@@ -18,14 +19,66 @@ export interface LimiterMessage {
   readonly of?: number;
 }
 
+/** A limiter whose live counts can go to a worker that starts later, e.g. FixedWindowLimiter. */
+export interface HandsOver {
+  /** The live counts, as takeOver() at another worker reads them. */
+  snapshot(now: number): unknown;
+  /** Takes in another worker's snapshot(), validating it first; returns how many counts changed. */
+  takeOver(handed: unknown, now: number): number;
+}
+
+/** What a starting worker's catch-up came to. */
+export type CatchUp =
+  | { readonly outcome: 'taken'; readonly giver: number; readonly windows: number }
+  | { readonly outcome: 'none serving' }
+  | { readonly outcome: 'no answer' | 'malformed' };
+
 /** How replayed calls travel: cluster IPC in a worker (workerLink), or anything that delivers them in order. */
 export interface LimiterLink {
   send(message: LimiterMessage): void;
   subscribe(listener: (message: LimiterMessage) => void): void;
+  /** Lets the limiter `name` give its counts to a worker that starts later, and take those given to this one. */
+  handOver?(name: string, limiter: HandsOver): void;
+  /** Before serving, once every limiter is subscribed: takes in a serving worker's counts, if one serves. */
+  catchUp?(): Promise<CatchUp>;
 }
 
+/** Handing live counts to a worker that starts later, through the primary (which keeps nothing but the route). */
+export type HandoverMessage =
+  /** A starting worker, before it serves: it wants the counts. */
+  | { readonly pinpoint: 'limits-wanted' }
+  /** The primary to one serving worker: its counts, please, for the worker with cluster id `for`. */
+  | { readonly pinpoint: 'limits-asked'; readonly for: number }
+  /** Each limiter's snapshot() by name, for worker `for`, from the worker with pid `giver` (none when no worker serves). */
+  | { readonly pinpoint: 'limits'; readonly for: number; readonly giver?: number; readonly limiters: Readonly<Record<string, unknown>> };
+
+const isRecord = (value: unknown): value is Record<string, unknown> => typeof value === 'object' && value !== null;
+const isWholeNumber = (value: unknown): value is number => typeof value === 'number' && Number.isSafeInteger(value) && value >= 0;
+
+/** A replayed call as workerLink sends it: checked field by field, since it is applied to a live limiter. */
 export const isLimiterMessage = (message: unknown): message is LimiterMessage =>
-  typeof message === 'object' && message !== null && (message as { pinpoint?: unknown }).pinpoint === 'limiter';
+  isRecord(message) &&
+  message.pinpoint === 'limiter' &&
+  typeof message.limiter === 'string' &&
+  typeof message.origin === 'string' &&
+  typeof message.method === 'string' &&
+  Array.isArray(message.args) &&
+  (message.handle === undefined || isWholeNumber(message.handle)) &&
+  (message.of === undefined || isWholeNumber(message.of));
+
+/** A handover message of the right shape; what a `limits` message holds per limiter is each limiter's to check. */
+export function isHandoverMessage(message: unknown): message is HandoverMessage {
+  if (!isRecord(message)) return false;
+  if (message.pinpoint === 'limits-wanted') return true;
+  if (message.pinpoint === 'limits-asked') return isWholeNumber(message.for);
+  return (
+    message.pinpoint === 'limits' &&
+    isWholeNumber(message.for) &&
+    (message.giver === undefined || isWholeNumber(message.giver)) &&
+    isRecord(message.limiters) &&
+    !Array.isArray(message.limiters)
+  );
+}
 
 /** Method names of `L` (what may be listed as read-only). */
 export type MethodOf<L> = { [K in keyof L]: L[K] extends (...args: never[]) => unknown ? K : never }[keyof L] & string;
@@ -53,8 +106,10 @@ let instances = 0;
 /**
  * `local` with every call except `readOnly` ones applied locally and sent over `link`; calls received over `link`
  * are applied to `local` alone. Functions in a call's result (a reservation's `release`) are shared the same way.
+ * A `local` that HandsOver also gives its counts to workers that start later, and takes those given to it.
  */
 export function sharedLimiter<L extends object>(name: string, local: L, link: LimiterLink, options: ShareOptions<L>): L {
+  if (handsOver(local)) link.handOver?.(name, local);
   const readOnly = new Set<string>(options.readOnly);
   const origin = `${process.pid}.${instances++}`;
   let nextHandle = 0;
@@ -112,7 +167,8 @@ export function sharedLimiter<L extends object>(name: string, local: L, link: Li
   });
 }
 
-const isRecord = (value: unknown): value is Record<string, unknown> => typeof value === 'object' && value !== null;
+const handsOver = (limiter: object): limiter is HandsOver =>
+  typeof (limiter as Partial<HandsOver>).snapshot === 'function' && typeof (limiter as Partial<HandsOver>).takeOver === 'function';
 
 /** A limiter's verdict that refused (`limited: true`, e.g. FixedWindowLimiter's reservations): nothing was counted. */
 export const isLimitedVerdict = (result: unknown): boolean => isRecord(result) && result.limited === true;
@@ -140,24 +196,90 @@ class RememberedResults {
   }
 }
 
-/** In a cluster worker: replayed calls go to the primary, which passes them to every other worker (fanOutLimiterMessage). */
+/** How long a starting worker waits for a serving one's counts before it serves with its own windows. */
+const CATCH_UP_TIMEOUT_MS = 3000;
+
+/** Sends to the primary; a worker that is stopping has lost its channel, and what it would say goes with it. */
+function tellPrimary(message: LimiterMessage | HandoverMessage): void {
+  if (process.connected) process.send?.(message, undefined, {}, () => undefined);
+}
+
+/**
+ * In a cluster worker: replayed calls go to the primary, which passes them to every other worker (fanOutLimiterMessage);
+ * counts are handed over on the primary's asking (relayHandover).
+ */
 export function workerLink(): LimiterLink {
+  const limiters = new Map<string, HandsOver>();
+  let waiting: ((outcome: CatchUp) => void) | undefined;
+  process.on('message', (message: unknown) => {
+    if (!isHandoverMessage(message)) return;
+    if (message.pinpoint === 'limits-asked') {
+      const now = Date.now();
+      const snapshots = Object.fromEntries([...limiters].map(([name, limiter]) => [name, limiter.snapshot(now)]));
+      tellPrimary({ pinpoint: 'limits', for: message.for, giver: process.pid, limiters: snapshots });
+    } else if (message.pinpoint === 'limits' && waiting !== undefined) {
+      const done = waiting;
+      waiting = undefined;
+      done(message.giver === undefined ? { outcome: 'none serving' } : takeOverAll(limiters, message.limiters, message.giver, Date.now()));
+    }
+  });
   return {
-    send(message) {
-      // A worker that is stopping has lost its channel; its last counts go with it.
-      if (process.connected) process.send?.(message, undefined, {}, () => undefined);
-    },
+    send: tellPrimary,
     subscribe(listener) {
       process.on('message', (message: unknown) => {
         if (isLimiterMessage(message)) listener(message);
       });
     },
+    handOver: (name, limiter) => void limiters.set(name, limiter),
+    catchUp() {
+      if (!process.connected) return Promise.resolve({ outcome: 'none serving' });
+      return new Promise((resolve) => {
+        const timer = setTimeout(() => {
+          waiting = undefined;
+          resolve({ outcome: 'no answer' });
+        }, CATCH_UP_TIMEOUT_MS);
+        waiting = (outcome) => {
+          clearTimeout(timer);
+          resolve(outcome);
+        };
+        tellPrimary({ pinpoint: 'limits-wanted' });
+      });
+    },
   };
+}
+
+/** Gives each named limiter its part of a handover; a part that is malformed changes nothing of its limiter. */
+function takeOverAll(limiters: ReadonlyMap<string, HandsOver>, handed: Readonly<Record<string, unknown>>, giver: number, now: number): CatchUp {
+  let windows = 0;
+  let malformed = false;
+  for (const [name, limiter] of limiters) {
+    if (!Object.hasOwn(handed, name)) continue;
+    try {
+      windows += limiter.takeOver(handed[name], now);
+    } catch {
+      malformed = true;
+    }
+  }
+  return malformed ? { outcome: 'malformed' } : { outcome: 'taken', giver, windows };
 }
 
 /** In the primary: a worker's replayed call goes to every other worker that is still connected. */
 export function fanOutLimiterMessage(message: LimiterMessage, from: Worker, workers: Iterable<Worker>): void {
   for (const worker of workers) {
     if (worker !== from && worker.isConnected()) worker.send(message, undefined, () => undefined);
+  }
+}
+
+/**
+ * In the primary: a starting worker's `limits-wanted` goes to the first of `serving` (the longest serving) other than
+ * itself, or, with none, is answered at once with nothing to take; an answer goes on to the worker it is for.
+ */
+export function relayHandover(message: HandoverMessage, from: Worker, serving: readonly Worker[], workers: Iterable<Worker>): void {
+  if (message.pinpoint === 'limits-wanted') {
+    const giver = serving.find((worker) => worker !== from && worker.isConnected());
+    const next: HandoverMessage = giver === undefined ? { pinpoint: 'limits', for: from.id, limiters: {} } : { pinpoint: 'limits-asked', for: from.id };
+    (giver ?? from).send(next, undefined, () => undefined);
+  } else if (message.pinpoint === 'limits') {
+    for (const worker of workers) if (worker.id === message.for && worker !== from && worker.isConnected()) worker.send(message, undefined, () => undefined);
   }
 }
