@@ -31,6 +31,8 @@ import {
 } from './helpers/process.js';
 
 const CLI = fileURLToPath(new URL('../src/cli.ts', import.meta.url));
+/** The module the primary forks each worker from (the server runs from the sources here, as startPinpoint starts it). */
+const WORKER = fileURLToPath(new URL('../src/worker.ts', import.meta.url));
 const POSTGRES_URL = process.env['PINPOINT_TEST_POSTGRES_URL'];
 
 interface Answer {
@@ -113,16 +115,33 @@ async function childrenOf(pid: number): Promise<number[]> {
   return children.sort((a, b) => a - b);
 }
 
+/** The arguments process `pid` was started with; none once it is gone. */
+async function commandLineOf(pid: number): Promise<string[]> {
+  const text = await readFile(`/proc/${pid}/cmdline`, 'utf8').catch(() => '');
+  return text.split('\0').filter((argument) => argument !== '');
+}
+
+/**
+ * The worker processes of the primary `pid`: its children that run worker.ts. Not every child is one: under tsx the
+ * primary also has esbuild's transform service (started on its first module not in tsx's cache, kept until it exits),
+ * and during a reload the short-lived config reader.
+ */
+async function workersOf(pid: number): Promise<number[]> {
+  const children = await childrenOf(pid);
+  const commandLines = await Promise.all(children.map(commandLineOf));
+  return children.filter((_, i) => commandLines[i]?.includes(WORKER));
+}
+
 /** Both workers up and serving (the start line is printed once every worker serves). */
 async function twoWorkers(server: PinpointProcess): Promise<number[]> {
   await eventually('the start line', () => server.logs.some((record) => record.msg === 'pinpoint is serving'));
-  let seen: number[] = [];
   return eventually('two worker processes', async () => {
-    seen = await childrenOf(server.child.pid as number);
-    return seen.length === 2 ? seen : undefined;
+    const workers = await workersOf(server.child.pid as number);
+    return workers.length === 2 ? workers : undefined;
   }).catch(async (error: Error) => {
     // Say what was there instead, for a failure seen only now and then.
-    const commands = await Promise.all(seen.map(async (pid) => `${pid} ${(await readFile(`/proc/${pid}/cmdline`, 'utf8').catch(() => 'gone')).replaceAll('\0', ' ')}`));
+    const children = await childrenOf(server.child.pid as number);
+    const commands = await Promise.all(children.map(async (pid) => `${pid} ${(await commandLineOf(pid)).join(' ') || 'gone'}`));
     throw new Error(`${error.message}; children of the primary: ${commands.join(', ') || 'none'}; primary ${server.hasExited ? 'exited' : 'running'}\n${server.output.slice(-4000)}`);
   });
 }
@@ -299,8 +318,8 @@ function workersSuite(state: () => Promise<StateSpec>, how: 'config' | 'flag'): 
     const [victim, survivor] = await twoWorkers(server);
     process.kill(victim as number, 'SIGKILL');
     const replaced = await eventually('a replacement worker', async () => {
-      const children = await childrenOf(server.child.pid as number);
-      return children.length === 2 && !children.includes(victim as number) && children.includes(survivor as number) ? children : undefined;
+      const workers = await workersOf(server.child.pid as number);
+      return workers.length === 2 && !workers.includes(victim as number) && workers.includes(survivor as number) ? workers : undefined;
     });
     const newcomer = replaced.find((pid) => pid !== survivor) as number;
     // The newcomer takes connections once it listens; until then the survivor answers every one.
@@ -319,8 +338,8 @@ function workersSuite(state: () => Promise<StateSpec>, how: 'config' | 'flag'): 
     const [victim, survivor] = await twoWorkers(server);
     process.kill(victim as number, 'SIGKILL');
     const replaced = await eventually('a replacement worker', async () => {
-      const children = await childrenOf(server.child.pid as number);
-      return children.length === 2 && !children.includes(victim as number) && children.includes(survivor as number) ? children : undefined;
+      const workers = await workersOf(server.child.pid as number);
+      return workers.length === 2 && !workers.includes(victim as number) && workers.includes(survivor as number) ? workers : undefined;
     });
     const newcomer = replaced.find((pid) => pid !== survivor) as number;
     await eventually('the new worker answering', async () => {
@@ -376,7 +395,7 @@ function workersSuite(state: () => Promise<StateSpec>, how: 'config' | 'flag'): 
     });
     assert.ok(problems.some((problem) => /frobnicate/.test(problem)), problems.join('\n'));
     assert.ok(problems.some((problem) => /soon/.test(problem)), problems.join('\n'));
-    assert.deepEqual(await childrenOf(server.child.pid as number), before, 'the same workers keep serving');
+    assert.deepEqual(await workersOf(server.child.pid as number), before, 'the same workers keep serving');
     const answers = await sequence(4, () => clientCredentials(server.baseUrl, 'second', 'second-secret'));
     assert.deepEqual(answers.map((answer) => answer.status), [200, 200, 200, 200], 'with the config they had');
     await writeFile(deployment?.configFile as string, good);
@@ -396,7 +415,7 @@ function workersSuite(state: () => Promise<StateSpec>, how: 'config' | 'flag'): 
     const invalid = await cli(['reload', '--config', configFile, '--pid-file', pidFile]);
     assert.equal(invalid.code, 1);
     assert.match(invalid.stderr, /frobnicate/);
-    assert.deepEqual(await childrenOf(server.child.pid as number), serving, 'an invalid file is not even sent');
+    assert.deepEqual(await workersOf(server.child.pid as number), serving, 'an invalid file is not even sent');
 
     // Valid, but no worker can listen where it says: the server keeps its workers and says why.
     const squatter = createServer();
@@ -410,7 +429,7 @@ function workersSuite(state: () => Promise<StateSpec>, how: 'config' | 'flag'): 
     } finally {
       squatter.close();
     }
-    assert.deepEqual(await childrenOf(server.child.pid as number), serving);
+    assert.deepEqual(await workersOf(server.child.pid as number), serving);
     assert.equal((await clientCredentials(server.baseUrl, 'third', 'third-secret')).status, 200, 'still the taken config');
     await writeFile(configFile, good);
 
