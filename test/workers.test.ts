@@ -357,7 +357,7 @@ function workersSuite(state: () => Promise<StateSpec>, how: 'config' | 'flag'): 
     try {
       const reloadsBefore = server.logs.filter((record) => String(record.msg).startsWith('configuration reloaded')).length;
       process.kill(server.child.pid as number, 'SIGHUP');
-// A reload starts and drains the workers one at a time: 7-8 s here, up to 25 s on a loaded 2-core machine; the CLI itself waits 120 s.
+      // A reload starts and drains the workers one at a time: 7-8 s here, up to 25 s on a loaded 2-core machine; the CLI itself waits 120 s.
       await eventually('the reload', () => server.logs.filter((record) => String(record.msg).startsWith('configuration reloaded')).length > reloadsBefore, 1200);
     } finally {
       loop.stop();
@@ -378,7 +378,7 @@ function workersSuite(state: () => Promise<StateSpec>, how: 'config' | 'flag'): 
     const before = await twoWorkers(server);
     const reloadsBefore = server.logs.filter((record) => String(record.msg).startsWith('configuration reloaded')).length;
     process.kill(server.child.pid as number, 'SIGHUP');
-// A reload starts and drains the workers one at a time: 7-8 s here, up to 25 s on a loaded 2-core machine; the CLI itself waits 120 s.
+    // A reload starts and drains the workers one at a time: 7-8 s here, up to 25 s on a loaded 2-core machine; the CLI itself waits 120 s.
     await eventually('the reload', () => server.logs.filter((record) => String(record.msg).startsWith('configuration reloaded')).length > reloadsBefore, 1200);
     const after = await twoWorkers(server);
     assert.ok(after.every((pid) => !before.includes(pid)), `both workers replaced: ${before} -> ${after}`);
