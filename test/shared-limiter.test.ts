@@ -13,6 +13,7 @@ import {
   isLimiterMessage,
   relayHandover,
   sharedLimiter,
+  takeOverAll,
   type HandoverMessage,
   type HandsOver,
   type LimiterLink,
@@ -156,10 +157,21 @@ describe('handing counts to a worker that starts later', () => {
     const local = new FixedWindowLimiter(60_000);
     const shared = sharedLimiter('failures', local, link, { readOnly: ['check', 'snapshot'], handleLifetimeMs: 60_000 });
     assert.equal(given.get('failures'), local);
-    given.get('failures')?.takeOver([['ip:a', 3, 60_000]], 0);
+    given.get('failures')?.acceptHandover([['ip:a', 3, 60_000]], 0)?.();
     assert.equal(shared.check('ip:a', 3, 1).limited, true);
     shared.snapshot(1);
     assert.equal(hub.sent.length, 0, 'neither the takeover nor a snapshot is sent');
+  });
+
+  test('a handover with one malformed part changes no limiter: every part is checked before any is taken', () => {
+    const failures = new FixedWindowLimiter(60_000);
+    const logins = new FixedWindowLimiter(60_000);
+    const limiters = new Map<string, HandsOver>([['failures', failures], ['logins', logins]]);
+    const malformed = takeOverAll(limiters, { failures: [['ip:a', 3, 60_000]], logins: [['user:b', 'two', 60_000]] }, 7, 0);
+    assert.deepEqual(malformed, { outcome: 'malformed' });
+    assert.deepEqual(failures.snapshot(1), [], 'the well-formed part was not taken either');
+    assert.deepEqual(takeOverAll(limiters, { failures: [['ip:a', 3, 60_000]], logins: [['user:b', 2, 60_000]] }, 7, 0), { outcome: 'taken', giver: 7, windows: 2 });
+    assert.equal(failures.check('ip:a', 3, 1).limited, true);
   });
 
   test('replayed calls and handover messages are checked field by field', () => {

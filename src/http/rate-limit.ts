@@ -71,13 +71,26 @@ export class FixedWindowLimiter {
   }
 
   /**
-   * Takes in the windows another worker's snapshot() handed over: per key the larger count with its end, so a call
-   * replayed here meanwhile is never counted twice. Ended windows are dropped and the entry bound holds. Returns how
-   * many windows changed; throws, changing nothing, when `handed` is not what snapshot() gives.
+   * Checks the windows another worker's snapshot() handed over, changing nothing; returns what takes them in, or
+   * undefined when `handed` is not what snapshot() gives. So several limiters' parts can all be checked before any is taken.
    */
-  takeOver(handed: unknown, now: number): number {
+  acceptHandover(handed: unknown, now: number): (() => number) | undefined {
     const windows = handedWindows(handed, now + this.windowMs);
-    if (windows === undefined) throw new TypeError('the handed-over limiter windows are malformed');
+    return windows === undefined ? undefined : () => this.merge(windows, now);
+  }
+
+  /** acceptHandover, then taking the windows in; throws, changing nothing, when they are malformed. */
+  takeOver(handed: unknown, now: number): number {
+    const take = this.acceptHandover(handed, now);
+    if (take === undefined) throw new TypeError('the handed-over limiter windows are malformed');
+    return take();
+  }
+
+  /**
+   * Per key the larger count with its end, so a call replayed here meanwhile is never counted twice; ended windows are
+   * dropped and the entry bound holds. Returns how many windows changed.
+   */
+  private merge(windows: readonly HandedWindow[], now: number): number {
     let taken = 0;
     for (const [key, count, endsAt] of windows) {
       if (endsAt <= now) continue;

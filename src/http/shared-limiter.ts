@@ -23,8 +23,8 @@ export interface LimiterMessage {
 export interface HandsOver {
   /** The live counts, as takeOver() at another worker reads them. */
   snapshot(now: number): unknown;
-  /** Takes in another worker's snapshot(), validating it first; returns how many counts changed. */
-  takeOver(handed: unknown, now: number): number;
+  /** Checks another worker's snapshot(), changing nothing: what takes it in (returning how many counts changed), or undefined when malformed. */
+  acceptHandover(handed: unknown, now: number): (() => number) | undefined;
 }
 
 /** What a starting worker's catch-up came to. */
@@ -168,7 +168,7 @@ export function sharedLimiter<L extends object>(name: string, local: L, link: Li
 }
 
 const handsOver = (limiter: object): limiter is HandsOver =>
-  typeof (limiter as Partial<HandsOver>).snapshot === 'function' && typeof (limiter as Partial<HandsOver>).takeOver === 'function';
+  typeof (limiter as Partial<HandsOver>).snapshot === 'function' && typeof (limiter as Partial<HandsOver>).acceptHandover === 'function';
 
 /** A limiter's verdict that refused (`limited: true`, e.g. FixedWindowLimiter's reservations): nothing was counted. */
 export const isLimitedVerdict = (result: unknown): boolean => isRecord(result) && result.limited === true;
@@ -248,19 +248,12 @@ export function workerLink(): LimiterLink {
   };
 }
 
-/** Gives each named limiter its part of a handover; a part that is malformed changes nothing of its limiter. */
-function takeOverAll(limiters: ReadonlyMap<string, HandsOver>, handed: Readonly<Record<string, unknown>>, giver: number, now: number): CatchUp {
-  let windows = 0;
-  let malformed = false;
-  for (const [name, limiter] of limiters) {
-    if (!Object.hasOwn(handed, name)) continue;
-    try {
-      windows += limiter.takeOver(handed[name], now);
-    } catch {
-      malformed = true;
-    }
-  }
-  return malformed ? { outcome: 'malformed' } : { outcome: 'taken', giver, windows };
+/** Gives each named limiter its part of a handover once every part is checked: one malformed part changes nothing at all. */
+export function takeOverAll(limiters: ReadonlyMap<string, HandsOver>, handed: Readonly<Record<string, unknown>>, giver: number, now: number): CatchUp {
+  const takes = [...limiters].flatMap(([name, limiter]) => (Object.hasOwn(handed, name) ? [limiter.acceptHandover(handed[name], now)] : []));
+  if (takes.some((take) => take === undefined)) return { outcome: 'malformed' };
+  const windows = takes.reduce((sum, take) => sum + (take as () => number)(), 0);
+  return { outcome: 'taken', giver, windows };
 }
 
 /** In the primary: a worker's replayed call goes to every other worker that is still connected. */
