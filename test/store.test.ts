@@ -779,6 +779,7 @@ function storeSuite(name: string, backend: () => Backend): void {
       assert.equal(await store.findGrantHolding(randomId('grant'), jti, now), undefined, 'unknown grant');
       await store.revokeAccessToken(jti, now + 1000);
       assert.deepEqual(await store.findGrantHolding(grant.id, jti, now), { ...holding, tokenRevoked: true }, 'its jti revoked alone');
+      assert.deepEqual(await store.findGrantHolding(grant.id, undefined, now), holding, 'no jti asked about: no revocation looked up');
       assert.deepEqual(await store.findGrantHolding(grant.id, jti, now + 1000), holding, 'that revocation has expired');
       assert.deepEqual(await store.findGrantHolding(grant.id, randomId('jti'), now), holding, 'another token of the grant stands');
       await store.revokeGrant(grant.id);

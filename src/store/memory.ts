@@ -131,10 +131,10 @@ export class MemoryStore implements Store {
     return grant !== undefined && grantLives(grant, now) ? grant : undefined;
   }
 
-  async findGrantHolding(grantId: string, jti: string, now: number): Promise<GrantHolding | undefined> {
+  async findGrantHolding(grantId: string, jti: string | undefined, now: number): Promise<GrantHolding | undefined> {
     const grant = this.#grants.get(grantId);
     if (grant === undefined || !grantLives(grant, now)) return undefined;
-    return { clientId: grant.clientId, subject: grant.subject, tokenRevoked: await this.isAccessTokenRevoked(jti, now) };
+    return { clientId: grant.clientId, subject: grant.subject, tokenRevoked: jti !== undefined && (await this.isAccessTokenRevoked(jti, now)) };
   }
 
   async listGrants(filter: GrantFilter, now: number): Promise<GrantSummary[]> {

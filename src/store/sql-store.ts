@@ -159,8 +159,8 @@ export class SqlStore implements Store {
     });
   }
 
-  async findGrantHolding(grantId: string, jti: string, now: number): Promise<GrantHolding | undefined> {
-    const [row] = await this.#driver.read<GrantHoldingRow>(SQL.findGrantHolding, [grantId, now, jti]);
+  async findGrantHolding(grantId: string, jti: string | undefined, now: number): Promise<GrantHolding | undefined> {
+    const [row] = await this.#driver.read<GrantHoldingRow>(SQL.findGrantHolding, [grantId, now, jti ?? null]);
     return row === undefined ? undefined : grantHoldingFromRow(row);
   }
 

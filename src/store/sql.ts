@@ -84,9 +84,11 @@ const texts = {
   holdLiveGrant: 'UPDATE grants SET expires_at = CASE WHEN expires_at < $3 THEN $2 ELSE expires_at END WHERE id = $1 AND expires_at > $4',
   // rules.ts grantLives.
   findGrant: `SELECT ${GRANT_COLUMNS} FROM grants g WHERE g.id = $1 AND g.expires_at > $2`,
-  // rules.ts grantLives, and isAccessTokenRevoked of $3, in one read: what a presented access token needs (tokens/access-token-state.ts).
+  // rules.ts grantLives, and isAccessTokenRevoked of $3 when there is one, in one read: what a presented access token
+  // needs (tokens/access-token-state.ts). CASE evaluates lazily in both databases: no probe for a token passing no jti.
   findGrantHolding: `SELECT g.client_id, g.subject,
-      EXISTS (SELECT 1 FROM revoked_access_tokens r WHERE r.jti = $3 AND r.expires_at > $2) AS token_revoked
+      CASE WHEN CAST($3 AS TEXT) IS NULL THEN FALSE
+        ELSE EXISTS (SELECT 1 FROM revoked_access_tokens r WHERE r.jti = $3 AND r.expires_at > $2) END AS token_revoked
     FROM grants g WHERE g.id = $1 AND g.expires_at > $2`,
   deleteGrant: 'DELETE FROM grants WHERE id = $1',
   deleteCodesOfGrant: 'DELETE FROM authorization_codes WHERE grant_id = $1',

@@ -52,8 +52,11 @@ export interface GrantHolding {
 
 /** The one read behind every presented access token of a grant (/introspect, /userinfo, token exchange, DESIGN.md §8). */
 export interface AccessTokenStateStore {
-  /** The live grant's holder and `jti`'s own revocation, in one lookup; undefined when the grant is gone or expired. */
-  findGrantHolding(grantId: string, jti: string, now: number): Promise<GrantHolding | undefined>;
+  /**
+   * The live grant's holder and, when `jti` is given, that token's own revocation, in one lookup; undefined when the
+   * grant is gone or expired. Only an exchanged token's jti is ever revoked alone, so others pass none.
+   */
+  findGrantHolding(grantId: string, jti: string | undefined, now: number): Promise<GrantHolding | undefined>;
 }
 
 /** Which grants an operator means (`pinpoint grants ... --user U --client C`); both absent: every grant. */

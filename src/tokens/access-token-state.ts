@@ -36,8 +36,8 @@ export async function accessTokenStands(sources: AccessTokenStateSources, { jti,
   const grantId = grantIdOfJti(jti);
   if (grantId === undefined) return !(await store.isAccessTokenRevoked(jti, now));
   if (exchanged && !sources.mayExchange(clientId)) return false;
-  // One read: the grant's holder and the token's own revocation (only an exchanged token's jti is ever revoked alone).
-  const holding = await store.findGrantHolding(grantId, jti, now);
+  // One read: the grant's holder, and for an exchanged token its own revocation (only such a jti is ever revoked alone).
+  const holding = await store.findGrantHolding(grantId, exchanged ? jti : undefined, now);
   if (holding === undefined || holding.tokenRevoked || !isKnownSubject(holding.subject)) return false;
   return exchanged ? isKnownClient(holding.clientId) : holding.clientId === clientId;
 }
