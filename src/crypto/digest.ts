@@ -13,5 +13,8 @@ export function matchesDigest(presented: string, expected: Buffer): boolean {
   return digest.length === expected.length && timingSafeEqual(digest, expected);
 }
 
+/** 32 bytes in base64url without padding: a SHA-256 as sent (PKCE challenge, JWK thumbprint) or one of our random secrets. */
+export const isBase64url32Bytes = (text: string): boolean => /^[A-Za-z0-9_-]{43}$/.test(text);
+
 /** RFC 7636 §4.6: BASE64URL(SHA256(code_verifier)). */
 export const pkceChallengeOf = (verifier: string): string => hash('sha256', verifier, 'base64url');

@@ -1,5 +1,6 @@
 /** Validation of an authorization request (RFC 6749 §4.1.1, RFC 7636, RFC 8707, DESIGN.md §4). No I/O. */
 import type { ClientRecord } from '../config/types.js';
+import { isBase64url32Bytes } from '../crypto/digest.js';
 import { refreshLifetimeOf } from '../policy/grant-eligibility.js';
 import { OAuthError } from '../policy/oauth-error.js';
 import { all, checkLimits, LIMITS, repeatedParameter, single, type Params } from '../http/params.js';
@@ -19,10 +20,6 @@ export type AuthorizationValidation =
   | { readonly ok: false; readonly page: OAuthError }
   /** Everything else: back to the client with error, error_description, iss and state. */
   | { readonly ok: false; readonly redirect: { readonly error: OAuthError; readonly redirectUri: string; readonly state?: string } };
-
-const CODE_CHALLENGE = /^[A-Za-z0-9_-]{43}$/;
-/** RFC 9449 §10: dpop_jkt is a JWK SHA-256 thumbprint (RFC 7638), base64url without padding. */
-const DPOP_JKT = /^[A-Za-z0-9_-]{43}$/;
 
 /**
  * Where the parameters come from: /authorize's query or form, a request pushed to /par and now used at /authorize
@@ -88,7 +85,7 @@ function codeChallengeOf(params: Params): string | OAuthError {
   const codeChallenge = single(params, 'code_challenge');
   if (codeChallenge === undefined) return new OAuthError('invalid_request', 'code_challenge is required (PKCE with S256)');
   if (single(params, 'code_challenge_method') !== 'S256') return new OAuthError('invalid_request', 'code_challenge_method must be S256');
-  if (!CODE_CHALLENGE.test(codeChallenge)) return new OAuthError('invalid_request', 'code_challenge must be a base64url SHA-256 value');
+  if (!isBase64url32Bytes(codeChallenge)) return new OAuthError('invalid_request', 'code_challenge must be a base64url SHA-256 value');
   return codeChallenge;
 }
 
@@ -96,7 +93,8 @@ function codeChallengeOf(params: Params): string | OAuthError {
 function dpopJktOf(params: Params): string | undefined | OAuthError {
   if (!params.has('dpop_jkt')) return undefined;
   const jkt = single(params, 'dpop_jkt');
-  if (jkt === undefined || !DPOP_JKT.test(jkt)) return new OAuthError('invalid_request', 'dpop_jkt must be the base64url SHA-256 JWK thumbprint of a DPoP key (RFC 9449 §10)');
+  // RFC 9449 §10: a JWK SHA-256 thumbprint (RFC 7638).
+  if (jkt === undefined || !isBase64url32Bytes(jkt)) return new OAuthError('invalid_request', 'dpop_jkt must be the base64url SHA-256 JWK thumbprint of a DPoP key (RFC 9449 §10)');
   return jkt;
 }
 

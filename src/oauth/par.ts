@@ -6,7 +6,7 @@
 import type { FastifyPluginAsync } from 'fastify';
 import type { ClientDirectory } from '../clients/directory.js';
 import { newSecret } from '../crypto/random.js';
-import { digestOf } from '../crypto/digest.js';
+import { digestOf, isBase64url32Bytes } from '../crypto/digest.js';
 import { countAgainstAddress } from '../http/failure-limit.js';
 import type { Params } from '../http/params.js';
 import { OAuthError } from '../policy/oauth-error.js';
@@ -29,7 +29,7 @@ const CLIENT_AUTHENTICATION = new Set(['client_secret', 'client_assertion', 'cli
 export function pushedRequestDigest(requestUri: string): string | undefined {
   if (!requestUri.startsWith(REQUEST_URI_PREFIX)) return undefined;
   const value = requestUri.slice(REQUEST_URI_PREFIX.length);
-  return /^[A-Za-z0-9_-]{43}$/.test(value) ? digestOf(value) : undefined;
+  return isBase64url32Bytes(value) ? digestOf(value) : undefined;
 }
 
 /**

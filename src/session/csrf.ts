@@ -1,13 +1,12 @@
 /** CSRF protection for the pages' forms: a random cookie echoed in a hidden field (double submit). */
 import { timingSafeEqual } from 'node:crypto';
 import type { FastifyReply, FastifyRequest } from 'fastify';
-import { digestOf } from '../crypto/digest.js';
+import { digestOf, isBase64url32Bytes } from '../crypto/digest.js';
 import { randomText } from '../crypto/random.js';
 import { readCookie, serializeCookie, type CookieSettings } from '../http/cookies.js';
 
 export const CSRF_COOKIE = 'pinpoint_csrf';
 
-const TOKEN_SHAPE = /^[A-Za-z0-9_-]{43}$/;
 
 /** Tokens made during a request, so a second form (or a login request) in the same answer gets the same one. */
 const issued = new WeakMap<FastifyRequest, string>();
@@ -15,7 +14,7 @@ const issued = new WeakMap<FastifyRequest, string>();
 /** The token for the form about to be shown; sets the cookie when the browser has none. */
 export function csrfToken(cookies: CookieSettings, request: FastifyRequest, reply: FastifyReply): string {
   const existing = issued.get(request) ?? readCookie(request.headers.cookie, cookies, CSRF_COOKIE);
-  if (existing !== undefined && TOKEN_SHAPE.test(existing)) return existing;
+  if (existing !== undefined && isBase64url32Bytes(existing)) return existing;
   const token = randomText(32);
   reply.header('Set-Cookie', serializeCookie(CSRF_COOKIE, token, cookies));
   issued.set(request, token);
@@ -38,5 +37,5 @@ export function browserBinding(cookies: CookieSettings, request: FastifyRequest,
 /** True when the request comes from the browser `binding` was made for. */
 export function sameBrowser(cookies: CookieSettings, request: FastifyRequest, binding: string): boolean {
   const cookie = readCookie(request.headers.cookie, cookies, CSRF_COOKIE);
-  return cookie !== undefined && TOKEN_SHAPE.test(cookie) && digestOf(cookie) === binding;
+  return cookie !== undefined && isBase64url32Bytes(cookie) && digestOf(cookie) === binding;
 }
