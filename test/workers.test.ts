@@ -94,6 +94,23 @@ async function eventually<T>(what: string, condition: () => T | undefined | fals
   throw new Error(`gave up waiting: ${what}`);
 }
 
+/** SIGKILLs one of the two workers and waits until its replacement answers; the victim and the two workers serving then. */
+async function killOneAndAwaitReplacement(server: PinpointProcess): Promise<{ victim: number; replaced: number[] }> {
+  const [victim, survivor] = (await twoWorkers(server)) as [number, number];
+  process.kill(victim, 'SIGKILL');
+  const replaced = await eventually('a replacement worker', async () => {
+    const workers = await workersOf(server.child.pid as number);
+    return workers.length === 2 && !workers.includes(victim) && workers.includes(survivor) ? workers : undefined;
+  });
+  const newcomer = replaced.find((pid) => pid !== survivor) as number;
+  // The newcomer takes connections once it listens; until then the survivor answers every one.
+  await eventually('the new worker answering', async () => {
+    const answer = await fresh(server.baseUrl, '/healthz');
+    return answer.status === 200 && (await pidOf(server, answer.requestId)) === newcomer;
+  });
+  return { victim, replaced };
+}
+
 /** The pid of the process whose access line carries `requestId` (lines are written within 200 ms). */
 function pidOf(server: PinpointProcess, requestId: string): Promise<number> {
   return eventually(`the access line of ${requestId}`, () => {
@@ -315,18 +332,7 @@ function workersSuite(state: () => Promise<StateSpec>, how: 'config' | 'flag'): 
   });
 
   test('a SIGKILLed worker is replaced and serving resumes', async () => {
-    const [victim, survivor] = await twoWorkers(server);
-    process.kill(victim as number, 'SIGKILL');
-    const replaced = await eventually('a replacement worker', async () => {
-      const workers = await workersOf(server.child.pid as number);
-      return workers.length === 2 && !workers.includes(victim as number) && workers.includes(survivor as number) ? workers : undefined;
-    });
-    const newcomer = replaced.find((pid) => pid !== survivor) as number;
-    // The newcomer takes connections once it listens; until then the survivor answers every one.
-    await eventually('the new worker answering', async () => {
-      const answer = await fresh(server.baseUrl, '/healthz');
-      return answer.status === 200 && (await pidOf(server, answer.requestId)) === newcomer;
-    });
+    const { victim } = await killOneAndAwaitReplacement(server);
     const answers = await sequence(6, () => clientCredentials(server.baseUrl));
     assert.deepEqual(answers.map((answer) => answer.status), [200, 200, 200, 200, 200, 200]);
     assert.ok(server.logs.some((record) => record.msg === 'a worker stopped unexpectedly; starting another' && record.worker === victim), server.output);
@@ -335,17 +341,7 @@ function workersSuite(state: () => Promise<StateSpec>, how: 'config' | 'flag'): 
   test('a worker started in place of a SIGKILLed one takes the server-wide failure counts: 429 at every worker', async () => {
     const address = '192.0.2.91';
     await useUpClientFailures(server, 'handover-kill', address);
-    const [victim, survivor] = await twoWorkers(server);
-    process.kill(victim as number, 'SIGKILL');
-    const replaced = await eventually('a replacement worker', async () => {
-      const workers = await workersOf(server.child.pid as number);
-      return workers.length === 2 && !workers.includes(victim as number) && workers.includes(survivor as number) ? workers : undefined;
-    });
-    const newcomer = replaced.find((pid) => pid !== survivor) as number;
-    await eventually('the new worker answering', async () => {
-      const answer = await fresh(server.baseUrl, '/healthz');
-      return answer.status === 200 && (await pidOf(server, answer.requestId)) === newcomer;
-    });
+    const { replaced } = await killOneAndAwaitReplacement(server);
     await stillLimitedEverywhere(server, 'handover-kill', address, replaced);
   });
 
