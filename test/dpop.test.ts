@@ -149,23 +149,24 @@ for (const kind of STORE_KINDS) {
       const hmac = await new SignJWT({ htm: 'POST', htu: TOKEN, iat: now, jti: randomUUID() })
         .setProtectedHeader({ typ: 'dpop+jwt', alg: 'HS256', jwk: { kty: 'oct', k: 'c2VjcmV0c2VjcmV0c2VjcmV0c2VjcmV0' } as Record<string, string> })
         .sign(new TextEncoder().encode('secretsecretsecretsecretsecret!!'));
-      const cases: [string, string | string[], RegExp][] = [
-        ['not a JWT', 'not-a-jwt', /^the DPoP proof is not a JWT$/],
-        ['typ JWT', await proof(key, { htu: TOKEN, header: { typ: 'JWT' } }), /typ "dpop\+jwt"/],
-        ['a symmetric alg', hmac, /must be signed with one of ES256, EdDSA, RS256, PS256/],
-        ['no jwk', await proof(key, { htu: TOKEN, header: { jwk: undefined } }), /public key in the jwk header/],
-        ['a private jwk', await proof(key, { htu: TOKEN, header: { jwk: await privateJwkOf(key) } }), /without private key members/],
-        ['signed by another key', await proof(key, { htu: TOKEN, signWith: other }), /signature does not verify/],
-        ['htm GET', await proof(key, { htu: TOKEN, htm: 'GET' }), /htm must be "POST"/],
-        ['htu of /userinfo', await proof(key, { htu: USERINFO }), /htu must be "http:\/\/127\.0\.0\.1:8080\/token"/],
-        ['htu of another host', await proof(key, { htu: 'http://127.0.0.1:9999/token' }), /htu must be/],
-        ['iat 61 s ago', await proof(key, { htu: TOKEN, iat: now - 61 }), /iat is not within 60 seconds/],
-        ['iat 61 s ahead', await proof(key, { htu: TOKEN, iat: now + 61 }), /iat is not within 60 seconds/],
-        ['no jti', await proof(key, { htu: TOKEN, jti: null }), /has no jti claim/],
-        ['two DPoP headers', [await proof(key, { htu: TOKEN }), await proof(key, { htu: TOKEN })], /more than one DPoP header/],
+      // Each proof is made just before it is sent, and iat (whole seconds, floored) sits 2 s ahead: a slow run must not slide it back into the window.
+      const cases: [string, () => Promise<string | string[]>, RegExp][] = [
+        ['not a JWT', async () => 'not-a-jwt', /^the DPoP proof is not a JWT$/],
+        ['typ JWT', async () => proof(key, { htu: TOKEN, header: { typ: 'JWT' } }), /typ "dpop\+jwt"/],
+        ['a symmetric alg', async () => hmac, /must be signed with one of ES256, EdDSA, RS256, PS256/],
+        ['no jwk', async () => proof(key, { htu: TOKEN, header: { jwk: undefined } }), /public key in the jwk header/],
+        ['a private jwk', async () => proof(key, { htu: TOKEN, header: { jwk: await privateJwkOf(key) } }), /without private key members/],
+        ['signed by another key', async () => proof(key, { htu: TOKEN, signWith: other }), /signature does not verify/],
+        ['htm GET', async () => proof(key, { htu: TOKEN, htm: 'GET' }), /htm must be "POST"/],
+        ['htu of /userinfo', async () => proof(key, { htu: USERINFO }), /htu must be "http:\/\/127\.0\.0\.1:8080\/token"/],
+        ['htu of another host', async () => proof(key, { htu: 'http://127.0.0.1:9999/token' }), /htu must be/],
+        ['iat 61 s ago', async () => proof(key, { htu: TOKEN, iat: Math.floor(Date.now() / 1000) - 61 }), /iat is not within 60 seconds/],
+        ['iat 61+ s ahead', async () => proof(key, { htu: TOKEN, iat: Math.floor(Date.now() / 1000) + 62 }), /iat is not within 60 seconds/],
+        ['no jti', async () => proof(key, { htu: TOKEN, jti: null }), /has no jti claim/],
+        ['two DPoP headers', async () => [await proof(key, { htu: TOKEN }), await proof(key, { htu: TOKEN })], /more than one DPoP header/],
       ];
-      for (const [name, dpop, description] of cases) {
-        const response = await token(t.app, pairs, { auth: null, dpop });
+      for (const [name, makeProof, description] of cases) {
+        const response = await token(t.app, pairs, { auth: null, dpop: await makeProof() });
         assertProofRefused(response, description);
         assert.doesNotMatch(response.body, /eyJ/, `${name}: the answer echoes no proof`);
       }
