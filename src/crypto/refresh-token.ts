@@ -22,8 +22,9 @@ const GRANT_ID_SHAPE = /^[0-9A-Za-z-]{1,64}$/;
  */
 export function newRefreshToken(grantId: string, issuedAt: number, lifetimeMs: number, boundKey?: string): { value: string; record: RefreshTokenRecord } {
   const value = `${grantId}${SEPARATOR}${randomText(32)}`;
-  const record = { digest: digestOf(value), grantId, issuedAt, expiresAt: issuedAt + lifetimeMs };
-  return { value, record: boundKey === undefined ? record : { ...record, boundKey } };
+  const digest = digestOf(value);
+  const expiresAt = issuedAt + lifetimeMs;
+  return { value, record: boundKey === undefined ? { digest, grantId, issuedAt, expiresAt } : { digest, grantId, issuedAt, expiresAt, boundKey } };
 }
 
 /** The grant a presented refresh token names and the token's digest; undefined when it is not shaped like one of ours. */

@@ -66,9 +66,8 @@ export function introspectionRoutes(deps: IntrospectionRouteDeps): FastifyPlugin
     if (!(await accessTokenStands(deps.tokenState, { jti, clientId, exchanged: act !== undefined }))) return INACTIVE;
     // RFC 9449 §6.2: a DPoP-bound token says which key it is bound to.
     const tokenType = cnf === undefined ? 'Bearer' : 'DPoP';
-    const answer = { active: true, scope: payload.scope, client_id: clientId, sub, aud, iss: payload.iss, exp: payload.exp, iat: payload.iat, jti, token_type: tokenType, token_use: 'access_token', ...(cnf !== undefined && { cnf }) };
-    // RFC 8693 §4.1, DESIGN.md §12: an exchanged token says who acts for the subject.
-    return act === undefined ? answer : { ...answer, act };
+    // RFC 8693 §4.1, DESIGN.md §12: an exchanged token says who acts for the subject (act).
+    return { active: true, scope: payload.scope, client_id: clientId, sub, aud, iss: payload.iss, exp: payload.exp, iat: payload.iat, jti, token_type: tokenType, token_use: 'access_token', ...(cnf !== undefined && { cnf }), ...(act !== undefined && { act }) };
   }
 
   async function refreshToken(caller: IntrospectionCaller, token: string): Promise<Record<string, unknown>> {

@@ -44,6 +44,8 @@ export interface IssueInput {
   readonly idToken?: { readonly nonce?: string; readonly claims: SubjectClaims; readonly authTime: number };
   /** Token exchange (DESIGN.md §12): the `act` chain, the subject token's expiry to stay within, what was issued. */
   readonly exchange?: { readonly act: ActClaim; readonly notAfter: number; readonly issuedTokenType: string };
+  /** More for the audit line (Issued.audit). */
+  readonly audit?: Readonly<Record<string, unknown>>;
 }
 
 /** What signing a token response needs: the issuer, the access-token lifetime, and the keys in use now. */
@@ -99,5 +101,5 @@ export async function issueTokens(signer: TokenSigner, input: IssueInput, now: n
       }, now),
     );
   }
-  return { response, audience: input.audience, ...(input.grantId !== undefined && { grantId: input.grantId }) };
+  return { response, audience: input.audience, ...(input.grantId !== undefined && { grantId: input.grantId }), ...(input.audit !== undefined && { audit: input.audit }) };
 }

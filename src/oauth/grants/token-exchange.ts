@@ -77,7 +77,8 @@ export function tokenExchangeGrant(deps: TokenExchangeGrantDeps): GrantHandler<V
       const grantStands = await accessTokenStands(deps.tokenState, { jti: subject.value.jti, clientId: subject.value.clientId, exchanged: subject.value.act !== undefined });
       const decision = decideTokenExchange({ client, issuer: deps.issuer, request: request.value, subject: subject.value, grantStands });
       if (!decision.ok) return decision;
-      return { ok: true, value: { ...decision.value, subject: subject.value } };
+      const { audience, scope, act } = decision.value;
+      return { ok: true, value: { audience, scope, act, subject: subject.value } };
     },
 
     async respond({ client, now, proofKey }, { subject, audience, scope, act }) {
@@ -93,11 +94,12 @@ export function tokenExchangeGrant(deps: TokenExchangeGrantDeps): GrantHandler<V
           confirmation: proofKey,
           ...(subject.authTime !== undefined && { authTime: subject.authTime * 1000 }),
           exchange: { act, notAfter: subject.expiresAt, issuedTokenType: ACCESS_TOKEN_TYPE },
+          // DESIGN.md §12: the audit line names the caller (client_id), the subject token's client, the person, both auds.
+          audit: { subject_client_id: subject.clientId, sub: subject.subject, subject_aud: audienceClaim(subject.audience) },
         },
         now,
       );
-      // DESIGN.md §12: the audit line names the caller (client_id), the subject token's client, the person, both auds.
-      return { ...issued, audit: { subject_client_id: subject.clientId, sub: subject.subject, subject_aud: audienceClaim(subject.audience) } };
+      return issued;
     },
   };
 }
