@@ -31,9 +31,11 @@ import type {
   LoginRequestRecord,
   RefreshTokenRecord,
   RegisteredClientRecord,
+  ReplayKind,
   SessionRecord,
   Store,
   StoredKey,
+  UsedOnceEntry,
 } from '../src/store/types.js';
 import { postgresInspector, schemaAt, sqliteInspector, type StoreInspector } from './helpers/store-inspect.js';
 
@@ -124,6 +126,25 @@ async function refreshRace(stores: readonly Store[], token: RefreshTokenRecord, 
     }),
   );
   return { next, outcomes };
+}
+
+/** A one-time credential of `kind` under a new id, recorded until `expiresAt`. */
+const usedOnce = (kind: ReplayKind, expiresAt: number): UsedOnceEntry => ({ kind, id: digest(), expiresAt });
+
+/**
+ * `parallel` batches at once, spread over `stores`, as requests replaying one DPoP proof with fresh client assertions
+ * make them: exactly one wins, the others are told the proof was used, and only the winner's assertion is recorded.
+ */
+async function assertOneBatchWins(stores: readonly Store[], now: number, parallel = 20): Promise<void> {
+  const shared = usedOnce('dpop', now + MINUTE);
+  const assertions = Array.from({ length: parallel }, () => usedOnce('client_assertion', now + MINUTE));
+  const storeOf = (index: number): Store => stores[index % stores.length] as Store;
+  const outcomes = await Promise.all(assertions.map((entry, index) => storeOf(index).markAllUsedOnce([entry, shared], now)));
+  assert.equal(outcomes.filter((outcome) => outcome.ok).length, 1, JSON.stringify(outcomes));
+  for (const outcome of outcomes) if (!outcome.ok) assert.deepEqual(outcome, { ok: false, used: 'dpop' });
+  // Asked of another instance than the one that ran the batch, where there are several.
+  const again = await Promise.all(assertions.map((entry, index) => storeOf(index + 1).markAllUsedOnce([entry], now)));
+  assert.deepEqual(again.map((outcome) => outcome.ok), outcomes.map((outcome) => !outcome.ok), "only the winner's assertion was recorded");
 }
 
 /** One rotation, the others siblings, every new token active and the presented one rotated at `now`; the grant lives. */
@@ -1114,6 +1135,44 @@ function storeSuite(name: string, backend: () => Backend): void {
       assert.equal(await store.peekAttempts('login-user:bob', now + 1000), 1);
     });
 
+    it('records one-time credentials all or none, naming the first kind found used', async () => {
+      const { store, inspect } = await backend().open();
+      opened.push(store);
+      const now = Date.now();
+      const proof = usedOnce('dpop', now + MINUTE);
+      assert.deepEqual(await store.markAllUsedOnce([proof], now), { ok: true });
+      assert.deepEqual(await store.markAllUsedOnce([proof], now), { ok: false, used: 'dpop' });
+      // A fresh assertion beside the used proof, before or after it: refused, and the assertion is left unrecorded.
+      const assertion = usedOnce('client_assertion', now + MINUTE);
+      assert.deepEqual(await store.markAllUsedOnce([assertion, proof], now), { ok: false, used: 'dpop' });
+      assert.deepEqual(await store.markAllUsedOnce([proof, assertion], now), { ok: false, used: 'dpop' });
+      if (inspect !== undefined) assert.equal(await inspect.rows('used_once'), 1, 'the refused batches wrote nothing');
+      assert.deepEqual(await store.markAllUsedOnce([assertion, usedOnce('dpop', now + MINUTE)], now), { ok: true }, 'the assertion was still usable');
+      // Both used: the first in the list is named.
+      assert.deepEqual(await store.markAllUsedOnce([assertion, proof], now), { ok: false, used: 'client_assertion' });
+      assert.deepEqual(await store.markAllUsedOnce([proof, assertion], now), { ok: false, used: 'dpop' });
+      // The proof's id under the other kind is another credential.
+      assert.deepEqual(await store.markAllUsedOnce([{ kind: 'client_assertion', id: proof.id, expiresAt: now + MINUTE }], now), { ok: true });
+      if (inspect !== undefined) assert.equal(await inspect.rows('used_once'), 4);
+    });
+
+    it('takes over an expired one-time credential, in a batch as alone', async () => {
+      const store = await open();
+      const now = Date.now();
+      const proof = usedOnce('dpop', now + 1000);
+      assert.deepEqual(await store.markAllUsedOnce([proof], now), { ok: true });
+      assert.deepEqual(await store.markAllUsedOnce([proof], now + 999), { ok: false, used: 'dpop' }, 'used until its expiry');
+      const renewed: UsedOnceEntry = { kind: 'dpop', id: proof.id, expiresAt: now + MINUTE };
+      const assertion = usedOnce('client_assertion', now + MINUTE);
+      assert.deepEqual(await store.markAllUsedOnce([assertion, renewed], now + 1000), { ok: true }, 'expired at its expiry, so taken over');
+      assert.deepEqual(await store.markAllUsedOnce([renewed], now + 2000), { ok: false, used: 'dpop' }, 'recorded again, until the new expiry');
+      assert.deepEqual(await store.markAllUsedOnce([assertion], now + 2000), { ok: false, used: 'client_assertion' });
+    });
+
+    it('lets exactly one of 20 concurrent batches sharing a DPoP proof win; the others record nothing', async () => {
+      await assertOneBatchWins([await open()], Date.now());
+    });
+
     it('sweeps expired rows and keeps live ones', async () => {
       const { store, inspect } = await backend().open();
       opened.push(store);
@@ -1447,6 +1506,18 @@ describe('sqlite', () => {
     await reopened.close();
   });
 
+  it('lets one of concurrent batches sharing a DPoP proof win across two instances on one file', async () => {
+    const file = nextFile();
+    const first = new SqliteStore(file);
+    const second = new SqliteStore(file);
+    try {
+      for (let round = 0; round < 5; round += 1) await assertOneBatchWins([first, second], Date.now());
+    } finally {
+      await first.close();
+      await second.close();
+    }
+  });
+
   it('lets processes starting at once on a new file agree on one set of keys', async () => {
     const file = nextFile();
     const module = fileURLToPath(new URL('../src/store/open.ts', import.meta.url));
@@ -1707,6 +1778,17 @@ if (POSTGRES_URL === undefined) {
           const consumed = await Promise.all(Array.from({ length: 20 }, (_, index) => (index % 2 === 0 ? first : second).consumeCode(code.digest, now, now + ACCESS_TOKEN_MS)));
           assert.equal(consumed.filter(Boolean).length, 1);
         }
+      } finally {
+        await first.close();
+        await second.close();
+      }
+    });
+
+    it('lets one of concurrent batches sharing a DPoP proof win across two instances sharing the database', async () => {
+      const state = { kind: 'postgres' as const, url: urlOf(database), schema: 'used_once_race' };
+      const [first, second] = await Promise.all([openStore(state), openStore(state)]);
+      try {
+        for (let round = 0; round < 5; round += 1) await assertOneBatchWins([first, second], Date.now());
       } finally {
         await first.close();
         await second.close();

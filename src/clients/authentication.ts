@@ -10,7 +10,7 @@ import type { ClientRecord, ResourceServerRecord } from '../config/types.js';
 import { invalidClient, invalidRequest } from '../policy/oauth-error.js';
 import { single, type Params } from '../http/params.js';
 import { matchesDigest, sha256 } from '../crypto/digest.js';
-import type { ReplayStore } from '../store/types.js';
+import type { UsedOnce } from '../crypto/used-once.js';
 
 /** What a request presents, decoded once per request. */
 export interface PresentedCredentials {
@@ -68,23 +68,18 @@ export function readClientCredentials(authorization: string | undefined, params:
   };
 }
 
-/**
- * Records a request's one-time credential (a client assertion's jti, RFC 7523 §3) as used, or throws invalid_client
- * when it was used before. Endpoints call it once every other check of the request passed and before any state
- * changes, so a refused request writes nothing (DESIGN.md §1); for a secret or a public client it does nothing.
- */
-export type CredentialUse = () => Promise<void>;
-
-const NOTHING_TO_RECORD: CredentialUse = async () => undefined;
-
 /** A client that proved who it is, and what its request must record before it changes anything. */
 export interface AuthenticatedClient {
   readonly client: ClientRecord;
-  readonly useCredentialOnce: CredentialUse;
+  /**
+   * The client assertion's jti (RFC 7523 §3), undefined for a secret or a public client: the endpoint records it with
+   * the request's other one-time credentials (oauth/one-time-credentials.ts) once every other check passed.
+   */
+  readonly assertionReplay: UsedOnce | undefined;
 }
 
-/** Checks a private_key_jwt client's assertion at one endpoint, or throws invalid_client; its jti is recorded later. */
-export type AssertionVerifier = (client: ClientRecord, assertion: string) => Promise<CredentialUse>;
+/** Checks a private_key_jwt client's assertion at one endpoint, or throws invalid_client; answers its jti, recorded later. */
+export type AssertionVerifier = (client: ClientRecord, assertion: string) => Promise<UsedOnce>;
 
 /** What checking assertions reads: the issuer, the clock, and the keys of a client (directory.ts assertionKeysOf). */
 export interface AssertionSources {
@@ -96,11 +91,11 @@ export interface AssertionSources {
 }
 
 /**
- * The assertion check of the endpoint at `path` (DESIGN.md §13: `aud` may name the issuer or this URL). Its jti is
- * recorded by the CredentialUse it returns, which the endpoint calls before its request changes state (a replay's
- * grant revocation included), so a refused request writes nothing and a replayed assertion revokes nothing.
+ * The assertion check of the endpoint at `path` (DESIGN.md §13: `aud` may name the issuer or this URL). It records
+ * nothing: the endpoint records the jti it answers before its request changes state (a replay's grant revocation
+ * included), so a refused request writes nothing and a replayed assertion revokes nothing.
  */
-export function assertionVerifier(sources: AssertionSources, replays: ReplayStore, path: string): AssertionVerifier {
+export function assertionVerifier(sources: AssertionSources, path: string): AssertionVerifier {
   const endpointUrl = `${sources.issuer}${path}`;
   return async (client, assertion) => {
     const keys = await sources.clients.assertionKeysOf(client);
@@ -108,10 +103,7 @@ export function assertionVerifier(sources: AssertionSources, replays: ReplayStor
     const now = sources.now();
     const check = await verifyClientAssertion(assertion, keys.keys, { clientId: client.clientId, issuer: sources.issuer, endpointUrl, now });
     if (!check.ok) throw invalidClient(check.reason);
-    const { id, expiresAt } = check.accepted.replay;
-    return async () => {
-      if (!(await replays.markUsedOnce('client_assertion', id, expiresAt, sources.now()))) throw invalidClient('the client assertion was already used (its jti was seen before)');
-    };
+    return check.accepted.replay;
   };
 }
 
@@ -143,7 +135,7 @@ export async function authenticateIntrospectionCaller(
   clients: { get(clientId: string): ClientRecord | undefined },
   resourceServers: ReadonlyMap<string, ResourceServerRecord>,
   verifyAssertion: AssertionVerifier,
-): Promise<{ readonly caller: IntrospectionCaller; readonly useCredentialOnce: CredentialUse }> {
+): Promise<{ readonly caller: IntrospectionCaller; readonly assertionReplay: UsedOnce | undefined }> {
   const { claimedClientId, bodyClientId, bodySecret } = presented;
   const basic = presented.basic === undefined ? undefined : (labelSentUnencoded(presented.basic, resourceServers) ?? presented.basic);
   const callerId = basic?.id ?? claimedClientId;
@@ -154,11 +146,11 @@ export async function authenticateIntrospectionCaller(
     if (basic !== undefined && bodyClientId !== undefined && bodyClientId !== basic.id) throw invalidClient('client_id does not match the credentials');
     const secret = basic?.secret ?? bodySecret;
     if (secret === undefined || !secretMatches(server, secret)) throw invalidClient('client authentication failed');
-    return { caller: { kind: 'resource_server', label: server.label }, useCredentialOnce: NOTHING_TO_RECORD };
+    return { caller: { kind: 'resource_server', label: server.label }, assertionReplay: undefined };
   }
-  const { client, useCredentialOnce } = await authenticateClient(presented, clients, verifyAssertion);
+  const { client, assertionReplay } = await authenticateClient(presented, clients, verifyAssertion);
   if (client.kind !== 'confidential') throw invalidClient('only resource servers and confidential clients may introspect tokens');
-  return { caller: { kind: 'client', client }, useCredentialOnce };
+  return { caller: { kind: 'client', client }, assertionReplay };
 }
 
 /**
@@ -198,7 +190,7 @@ export async function authenticateClient(
     if (client === undefined) throw invalidClient('client authentication failed');
     if (client.assertionKeys !== undefined) throw noSecretOfKeyClient();
     if (!secretMatches(client, basic.secret)) throw invalidClient('client authentication failed');
-    return { client, useCredentialOnce: NOTHING_TO_RECORD };
+    return { client, assertionReplay: undefined };
   }
   if (bodyClientId === undefined) throw invalidClient('client authentication is required');
   const client = clients.get(bodyClientId);
@@ -208,10 +200,10 @@ export async function authenticateClient(
   }
   if (bodySecret !== undefined) {
     if (!secretMatches(client, bodySecret)) throw invalidClient('client authentication failed');
-    return { client, useCredentialOnce: NOTHING_TO_RECORD };
+    return { client, assertionReplay: undefined };
   }
   if (client.kind === 'confidential') throw invalidClient('this client must authenticate with its secret');
-  return { client, useCredentialOnce: NOTHING_TO_RECORD };
+  return { client, assertionReplay: undefined };
 }
 
 /** private_key_jwt (RFC 7523 §2.2): the assertion alone authenticates; client_id, when sent, must name the same client. */
@@ -232,7 +224,7 @@ async function authenticateByAssertion(
   const client = clients.get(clientId);
   if (client === undefined) throw invalidClient('client authentication failed');
   if (client.assertionKeys === undefined) throw invalidClient('this client does not authenticate with private_key_jwt');
-  return { client, useCredentialOnce: await verifyAssertion(client, assertion.jwt) };
+  return { client, assertionReplay: await verifyAssertion(client, assertion.jwt) };
 }
 
 /** The one client a request claims to be, looked up beforehand (dynamic clients need I/O), as authenticateClient's map. */

@@ -6,7 +6,7 @@ export const MAX_JTI_LENGTH = 256;
 /** True for a jti the store may key on: a string of 1 to MAX_JTI_LENGTH characters. */
 export const isUsableJti = (jti: unknown): jti is string => typeof jti === 'string' && jti.length > 0 && jti.length <= MAX_JTI_LENGTH;
 
-/** Recorded as used (ReplayStore.markUsedOnce) under a fixed-length id, until the JWT could no longer be accepted. */
+/** Recorded as used (ReplayStore.markAllUsedOnce) under a fixed-length id, until the JWT could no longer be accepted. */
 export interface UsedOnce {
   readonly id: string;
   readonly expiresAt: number;

@@ -13,6 +13,7 @@ import { formatUserCode, USER_CODE_ALPHABET, USER_CODE_LENGTH } from '../policy/
 import { assertionVerifier, authenticateClient, claimedClient } from '../clients/authentication.js';
 import { unwrap } from './grants/grant.js';
 import { handleFormEndpoint, type FormEndpointDeps } from './form-endpoint.js';
+import { useCredentialsOnce } from './one-time-credentials.js';
 
 /** RFC 8628 §3.2 expires_in: long enough to find a phone and sign in. */
 export const DEVICE_CODE_LIFETIME_MS = 600_000;
@@ -34,7 +35,7 @@ export interface DeviceAuthorizationRouteDeps extends FormEndpointDeps {
 
 export function deviceAuthorizationRoutes(deps: DeviceAuthorizationRouteDeps): FastifyPluginAsync {
   const { store } = deps;
-  const verifyAssertion = assertionVerifier(deps, store, '/device_authorization');
+  const verifyAssertion = assertionVerifier(deps, '/device_authorization');
   async function storeNewAuthorization(record: Omit<DeviceAuthorizationRecord, 'userCode'>): Promise<string> {
     for (let draw = 1; ; draw++) {
       const userCode = newUserCode();
@@ -50,7 +51,7 @@ export function deviceAuthorizationRoutes(deps: DeviceAuthorizationRouteDeps): F
   return async (app) => {
     app.post('/device_authorization', async (request, reply) =>
       handleFormEndpoint(deps, request, reply, async (params, presented) => {
-        const { client, useCredentialOnce } = await authenticateClient(presented, await claimedClient(deps.clients, presented), verifyAssertion);
+        const { client, assertionReplay } = await authenticateClient(presented, await claimedClient(deps.clients, presented), verifyAssertion);
         if (!mayUseGrant(client, DEVICE_CODE_GRANT)) throw new OAuthError('unauthorized_client', 'this client may not use the device authorization flow');
         // DESIGN.md §5: device tokens are for the whole audience, so any `resource` is refused, never ignored.
         unwrap(decideResourceParameter('device_code', all(params, 'resource')));
@@ -58,8 +59,8 @@ export function deviceAuthorizationRoutes(deps: DeviceAuthorizationRouteDeps): F
         if (requestedScope === undefined) throw new OAuthError('invalid_scope', 'scope is malformed');
         const scope = unwrap(decideRequestedScope(requestedScope, client.scopes));
 
-        await useCredentialOnce();
         const now = deps.now();
+        await useCredentialsOnce(store, { assertion: assertionReplay, proof: undefined }, now);
         const deviceCode = newSecret();
         const userCode = await storeNewAuthorization({
           deviceCodeDigest: deviceCode.digest,

@@ -1,12 +1,12 @@
 /**
- * The DPoP proof of a request (RFC 9449 §4, DESIGN.md §13), for /token and /userinfo: read from the one DPoP header,
- * checked against the request as the issuer sees it (base_url + path), and used once. A refusal is
- * `invalid_dpop_proof`; no proof, header or key material ever reaches a log line (log.ts redacts the header).
+ * The DPoP proof of a request (RFC 9449 §4, DESIGN.md §13), for /token, /par and /userinfo: read from the one DPoP
+ * header and checked against the request as the issuer sees it (base_url + path); its jti is used once through
+ * one-time-credentials.ts. A refusal is `invalid_dpop_proof`; no proof, header or key material ever reaches a log
+ * line (log.ts redacts the header).
  */
 import type { FastifyRequest } from 'fastify';
 import { verifyDpopProof, type DpopProof } from '../crypto/dpop.js';
 import { OAuthError } from '../policy/oauth-error.js';
-import type { ReplayStore } from '../store/types.js';
 
 /** What checking a proof uses: the issuer (the URL a proof names is its origin and the path) and the clock. */
 export interface DpopRequestDeps {
@@ -37,14 +37,4 @@ export async function proofOf(deps: DpopRequestDeps, request: FastifyRequest, ac
   const check = await verifyDpopProof(header.value, { method: request.method, url, now: deps.now(), ...(accessToken !== undefined && { accessToken }) });
   if (!check.ok) throw invalidProof(check.reason, status);
   return check.proof;
-}
-
-/**
- * Records the proof's jti (RFC 9449 §11.1), across workers and instances: the last check of a request, once everything
- * else passed, so a request refused for another reason leaves the proof unrecorded (DESIGN.md §1: it writes nothing).
- */
-export async function useProofOnce(replays: ReplayStore, proof: DpopProof, now: number, status = 400): Promise<void> {
-  if (!(await replays.markUsedOnce('dpop', proof.replay.id, proof.replay.expiresAt, now))) {
-    throw invalidProof('the DPoP proof was already used (its jti was seen before); make a new proof for each request', status);
-  }
 }

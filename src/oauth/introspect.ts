@@ -18,6 +18,7 @@ import { audienceClaim, grantAudience } from '../policy/resource.js';
 import type { RefreshTokenStore, ReplayStore } from '../store/types.js';
 import { assertionVerifier, authenticateIntrospectionCaller, claimedClient, type IntrospectionCaller } from '../clients/authentication.js';
 import { handleFormEndpoint, type FormEndpointDeps } from './form-endpoint.js';
+import { useCredentialsOnce } from './one-time-credentials.js';
 import { accessTokenStands, type AccessTokenStateSources } from '../tokens/access-token-state.js';
 import { epochSeconds } from '../tokens/claims.js';
 
@@ -48,7 +49,7 @@ export interface IntrospectionRouteDeps extends FormEndpointDeps {
 export function introspectionRoutes(deps: IntrospectionRouteDeps): FastifyPluginAsync {
   const { store } = deps;
   const verified = deps.verifiedAccessTokens;
-  const verifyAssertion = assertionVerifier(deps, store, '/introspect');
+  const verifyAssertion = assertionVerifier(deps, '/introspect');
 
   async function accessToken(caller: IntrospectionCaller, token: string): Promise<Record<string, unknown>> {
     let payload: JWTPayload;
@@ -96,11 +97,11 @@ export function introspectionRoutes(deps: IntrospectionRouteDeps): FastifyPlugin
   return async (app) => {
     app.post('/introspect', async (request, reply) =>
       handleFormEndpoint(deps, request, reply, async (params, presented) => {
-        const { caller, useCredentialOnce } = await authenticateIntrospectionCaller(presented, await claimedClient(deps.clients, presented), deps.resourceServers, verifyAssertion);
+        const { caller, assertionReplay } = await authenticateIntrospectionCaller(presented, await claimedClient(deps.clients, presented), deps.resourceServers, verifyAssertion);
         request.clientId = caller.kind === 'client' ? caller.client.clientId : caller.label;
         const token = single(params, 'token');
         if (token === undefined) throw invalidRequest('token is required');
-        await useCredentialOnce();
+        await useCredentialsOnce(store, { assertion: assertionReplay, proof: undefined }, deps.now());
         // token_type_hint only orders the attempts (RFC 7662 §2.1); the shape tells them apart anyway.
         const body = looksLikeJwt(token) ? await accessToken(caller, token) : await refreshToken(caller, token);
         return { body };

@@ -13,8 +13,9 @@ import { OAuthError } from '../policy/oauth-error.js';
 import type { PushedRequestRecord, PushedRequestStore, ReplayStore } from '../store/types.js';
 import { validateAuthorizationRequest } from './authorization-request.js';
 import { assertionVerifier, authenticateClient, claimedClient } from '../clients/authentication.js';
-import { proofOf, useProofOnce } from './dpop-request.js';
+import { proofOf } from './dpop-request.js';
 import { handleFormEndpoint, type FormEndpointDeps } from './form-endpoint.js';
+import { useCredentialsOnce } from './one-time-credentials.js';
 
 /** RFC 9126 §2.2: the request_uri is this URN and a random value. */
 export const REQUEST_URI_PREFIX = 'urn:ietf:params:oauth:request_uri:';
@@ -57,13 +58,13 @@ export interface ParRouteDeps extends FormEndpointDeps {
 
 export function parRoutes(deps: ParRouteDeps): FastifyPluginAsync {
   const { store } = deps;
-  const verifyAssertion = assertionVerifier(deps, store, '/par');
+  const verifyAssertion = assertionVerifier(deps, '/par');
   return async (app) => {
     app.post('/par', async (request, reply) =>
       handleFormEndpoint(deps, request, reply, async (params, presented) => {
         // RFC 9449 §10.1: a DPoP proof at /par binds the code to its key; judged before the client, as at /token.
         const proof = await proofOf(deps, request);
-        const { client, useCredentialOnce } = await authenticateClient(presented, await claimedClient(deps.clients, presented), verifyAssertion);
+        const { client, assertionReplay } = await authenticateClient(presented, await claimedClient(deps.clients, presented), verifyAssertion);
         request.clientId = client.clientId;
         const pushed = authorizationParameters(params, client.clientId, proof?.jkt);
         const validation = validateAuthorizationRequest(pushed, { found: true, client }, deps.issuer, 'par');
@@ -72,9 +73,9 @@ export function parRoutes(deps: ParRouteDeps): FastifyPluginAsync {
           const error = 'page' in validation ? validation.page : validation.redirect.error;
           throw new OAuthError(error.code, error.description, 400);
         }
-        await useCredentialOnce();
         const now = deps.now();
-        if (proof !== undefined) await useProofOnce(store, proof, now);
+        // Last, all or none: a push refused for one credential leaves the other usable (DESIGN.md §1).
+        await useCredentialsOnce(store, { assertion: assertionReplay, proof: proof?.replay }, now);
         const secret = newSecret();
         const record: PushedRequestRecord = { digest: secret.digest, clientId: client.clientId, parameters: [...pushed], expiresAt: now + PUSHED_REQUEST_LIFETIME_MS };
         await store.savePushedRequest(record);

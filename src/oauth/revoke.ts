@@ -14,6 +14,7 @@ import { invalidRequest } from '../policy/oauth-error.js';
 import type { GrantStore, RefreshTokenStore, ReplayStore, RevokedTokenStore } from '../store/types.js';
 import { assertionVerifier, authenticateClient, claimedClient } from '../clients/authentication.js';
 import { handleFormEndpoint, type FormEndpointDeps } from './form-endpoint.js';
+import { useCredentialsOnce } from './one-time-credentials.js';
 import { grantIdOfJti } from '../tokens/claims.js';
 
 export type RevocationStores = GrantStore & RefreshTokenStore & RevokedTokenStore & ReplayStore;
@@ -53,14 +54,14 @@ export function revocationRoutes(deps: RevocationRouteDeps): FastifyPluginAsync 
     return undefined;
   }
 
-  const verifyAssertion = assertionVerifier(deps, store, '/revoke');
+  const verifyAssertion = assertionVerifier(deps, '/revoke');
   return async (app) => {
     app.post('/revoke', async (request, reply) =>
       handleFormEndpoint(deps, request, reply, async (params, presented) => {
-        const { client, useCredentialOnce } = await authenticateClient(presented, await claimedClient(deps.clients, presented), verifyAssertion);
+        const { client, assertionReplay } = await authenticateClient(presented, await claimedClient(deps.clients, presented), verifyAssertion);
         const token = single(params, 'token');
         if (token === undefined) throw invalidRequest('token is required');
-        await useCredentialOnce();
+        await useCredentialsOnce(store, { assertion: assertionReplay, proof: undefined }, deps.now());
         const target = await whatToRevoke(client.clientId, token);
         if (target !== undefined) {
           if ('grantId' in target) await store.revokeGrant(target.grantId);

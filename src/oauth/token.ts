@@ -11,8 +11,9 @@ import type { AuthorizationCodeStore, DeviceCodeStore, GrantStore, RefreshTokenS
 import { assertionVerifier, authenticateClient, claimedClient } from '../clients/authentication.js';
 import type { AccessTokenStateSources } from '../tokens/access-token-state.js';
 import type { TokenSigner } from '../tokens/response.js';
-import { proofOf, useProofOnce } from './dpop-request.js';
+import { proofOf } from './dpop-request.js';
 import { handleFormEndpoint, type FormEndpointDeps } from './form-endpoint.js';
+import { useCredentialsOnce } from './one-time-credentials.js';
 import { authorizationCodeGrant } from './grants/authorization-code.js';
 import { clientCredentialsGrant } from './grants/client-credentials.js';
 import { deviceCodeGrant } from './grants/device-code.js';
@@ -57,7 +58,7 @@ export function grantTable(deps: TokenRouteDeps): GrantTable {
 export function tokenRoutes(deps: TokenRouteDeps): FastifyPluginAsync {
   const { store } = deps;
   const grants = grantTable(deps);
-  const verifyAssertion = assertionVerifier(deps, store, '/token');
+  const verifyAssertion = assertionVerifier(deps, '/token');
   return async (app) => {
     app.post('/token', async (request, reply) =>
       handleFormEndpoint(deps, request, reply, async (params, presented) => {
@@ -67,18 +68,15 @@ export function tokenRoutes(deps: TokenRouteDeps): FastifyPluginAsync {
         if (handler === undefined) throw new OAuthError('unsupported_grant_type', `grant_type "${grantType}" is not supported`);
         // RFC 9449 §5: a proof is judged before the client; neither records its jti until the grant has judged the request.
         const proof = await proofOf(deps, request);
-        const { client, useCredentialOnce } = await authenticateClient(presented, await claimedClient(deps.clients, presented), verifyAssertion);
+        const { client, assertionReplay } = await authenticateClient(presented, await claimedClient(deps.clients, presented), verifyAssertion);
         const unproven = proofRequirement(client, proof !== undefined);
         if (unproven !== undefined) throw unproven;
         const audit = (fields: Record<string, unknown>): void => {
           request.audit = fields;
         };
         const now = deps.now();
-        // Every one-time credential of the request is used up before it changes state, a replay's revocation included.
-        const beforeChanges = async (): Promise<void> => {
-          await useCredentialOnce();
-          if (proof !== undefined) await useProofOnce(store, proof, now);
-        };
+        // The request's one-time credentials are used up, all or none, before it changes state (a replay's revocation included).
+        const beforeChanges = (): Promise<void> => useCredentialsOnce(store, { assertion: assertionReplay, proof: proof?.replay }, now);
         const body = await runGrant(handler, store, deps.metrics, { client, params, now, log: request.log, audit, beforeChanges, ...(proof !== undefined && { proofKey: proof.jkt }) });
         return { body };
       }),

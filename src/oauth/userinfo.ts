@@ -14,7 +14,8 @@ import type { SigningKeys } from '../crypto/keys.js';
 import type { ReplayStore, SubjectClaims, SubjectClaimsStore } from '../store/types.js';
 import { accessTokenStands, type AccessTokenStateSources } from '../tokens/access-token-state.js';
 import { releasedClaims } from '../tokens/claims.js';
-import { proofOf, useProofOnce } from './dpop-request.js';
+import { proofOf } from './dpop-request.js';
+import { useCredentialsOnce } from './one-time-credentials.js';
 
 type Scheme = 'Bearer' | 'DPoP';
 
@@ -104,7 +105,7 @@ async function tokenRefusal(deps: UserinfoRouteDeps, payload: JWTPayload, client
 async function useProof(deps: UserinfoRouteDeps, proof: DpopProof | undefined): Promise<Refusal | undefined> {
   if (proof === undefined) return undefined;
   try {
-    await useProofOnce(deps.store, proof, deps.now(), 401);
+    await useCredentialsOnce(deps.store, { assertion: undefined, proof: proof.replay }, deps.now(), 401);
     return undefined;
   } catch (error) {
     if (error instanceof OAuthError) return { error: 'invalid_dpop_proof', description: error.description, scheme: 'DPoP' };

@@ -30,7 +30,12 @@ import type {
   Store,
   StoredKey,
   SubjectClaims,
+  UsedOnceEntry,
+  UsedOnceOutcome,
 } from './types.js';
+
+/** A used-once record's key: kind and id as JSON, so no id can pass for another kind's. */
+const usedOnceKey = (kind: ReplayKind, id: string): string => JSON.stringify([kind, id]);
 
 interface CodeEntry {
   readonly record: AuthorizationCodeRecord;
@@ -423,12 +428,14 @@ export class MemoryStore implements Store {
     this.#attempts.delete(key);
   }
 
-  async markUsedOnce(kind: ReplayKind, id: string, expiresAt: number, now: number): Promise<boolean> {
-    const key = JSON.stringify([kind, id]);
-    const until = this.#usedOnce.get(key);
-    if (until !== undefined && until > now) return false;
-    this.#usedOnce.set(key, expiresAt);
-    return true;
+  async markAllUsedOnce(entries: readonly UsedOnceEntry[], now: number): Promise<UsedOnceOutcome> {
+    // Every entry is checked before any is set, with no await between: a refused batch records nothing.
+    for (const { kind, id } of entries) {
+      const until = this.#usedOnce.get(usedOnceKey(kind, id));
+      if (until !== undefined && until > now) return { ok: false, used: kind };
+    }
+    for (const { kind, id, expiresAt } of entries) this.#usedOnce.set(usedOnceKey(kind, id), expiresAt);
+    return { ok: true };
   }
 
   async savePushedRequest(record: PushedRequestRecord): Promise<void> {

@@ -40,7 +40,7 @@ import {
   type SessionRow,
 } from './rows.js';
 import { DEVICE_EXPIRY_SLACK_MS, grantExtension, type GrantExtension, grantKeptUntil, mayNeedExtension, oldestGrantFirst, oldestKeyFirst } from './rules.js';
-import { grantQueries, REVOKE_BATCH, SQL, SWEEP_BATCH, type Statement } from './sql.js';
+import { grantQueries, REVOKE_BATCH, SQL, SWEEP_BATCH, USED_ONCE_PAIRS, type Statement } from './sql.js';
 import type {
   AuthorizationCodeRecord,
   CodeLookup,
@@ -61,6 +61,8 @@ import type {
   Store,
   StoredKey,
   SubjectClaims,
+  UsedOnceEntry,
+  UsedOnceOutcome,
 } from './types.js';
 
 const step = (statement: Statement, values: readonly unknown[], guard = false): Step => ({ statement, values, guard });
@@ -403,8 +405,11 @@ export class SqlStore implements Store {
     await this.#driver.write(SQL.clearAttempts, [key]);
   }
 
-  async markUsedOnce(kind: ReplayKind, id: string, expiresAt: number, now: number): Promise<boolean> {
-    return (await this.#driver.write<{ kind: string }>(SQL.markUsedOnce, [kind, id, expiresAt, now])).rows.length === 1;
+  async markAllUsedOnce(entries: readonly UsedOnceEntry[], now: number): Promise<UsedOnceOutcome> {
+    // Each record is a guard: one found recorded and unexpired rolls the whole batch back.
+    const steps = entries.map(({ kind, id, expiresAt }) => step(SQL.markUsedOnce, [kind, id, expiresAt, now], true));
+    if (await this.#holds({ steps })) return { ok: true };
+    return { ok: false, used: await this.#firstUsed(entries, now) };
   }
 
   async savePushedRequest(record: PushedRequestRecord): Promise<void> {
@@ -432,6 +437,22 @@ export class SqlStore implements Store {
 
   async close(): Promise<void> {
     await this.#driver.close();
+  }
+
+  /**
+   * The kind of the first of `entries` recorded and unexpired at `now`, read after a refused batch only to name it:
+   * one read per USED_ONCE_PAIRS entries. A record gone since (swept) names the first entry: only the error text differs.
+   */
+  async #firstUsed(entries: readonly UsedOnceEntry[], now: number): Promise<ReplayKind> {
+    for (let start = 0; start < entries.length; start += USED_ONCE_PAIRS) {
+      const pairs = entries.slice(start, start + USED_ONCE_PAIRS);
+      const values: unknown[] = [now];
+      for (let i = 0; i < USED_ONCE_PAIRS; i += 1) values.push(pairs[i]?.kind ?? null, pairs[i]?.id ?? null);
+      const rows = await this.#driver.read<{ kind: string; id: string }>(SQL.findUsedOnce, values);
+      const used = pairs.find(({ kind, id }) => rows.some((row) => row.kind === kind && row.id === id));
+      if (used !== undefined) return used.kind;
+    }
+    return (entries[0] as UsedOnceEntry).kind;
   }
 
   /** Runs `script`; true when every guard held and it committed. */

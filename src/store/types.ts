@@ -10,6 +10,7 @@ export type { KeyStore, StoredKey } from '../crypto/keys.js';
 export type { RefreshTokenRecord } from '../crypto/refresh-token.js';
 import type { KeyStore } from '../crypto/keys.js';
 import type { RefreshTokenRecord } from '../crypto/refresh-token.js';
+import type { UsedOnce } from '../crypto/used-once.js';
 
 /** Identity claims remembered from sign-in (local user or upstream). */
 export interface SubjectClaims {
@@ -345,12 +346,21 @@ export interface AttemptStore {
 /** What may be presented only once (DESIGN.md §13): a DPoP proof's jti (RFC 9449 §11.1), a client assertion's (RFC 7523 §3). */
 export type ReplayKind = 'dpop' | 'client_assertion';
 
+/** One credential to record as used: its kind, and its id until it could no longer be accepted (crypto/used-once.ts). */
+export interface UsedOnceEntry extends UsedOnce {
+  readonly kind: ReplayKind;
+}
+
+/** What recording a request's one-time credentials answers: `used` names the first entry found recorded already. */
+export type UsedOnceOutcome = { readonly ok: true } | { readonly ok: false; readonly used: ReplayKind };
+
 export interface ReplayStore {
   /**
-   * Records `id` of `kind` as used until `expiresAt`: true for the one request that records it, false (nothing changed)
-   * when it is recorded already and unexpired at `now`; across workers and instances sharing the store.
+   * Records every entry (each a distinct credential) as used until its expiresAt, all or none: ok for the one request
+   * that records them; when one is recorded already and unexpired at `now`, nothing changes and `used` names its kind
+   * (the first such in the list). Across workers and instances sharing the store; an expired record is taken over.
    */
-  markUsedOnce(kind: ReplayKind, id: string, expiresAt: number, now: number): Promise<boolean>;
+  markAllUsedOnce(entries: readonly UsedOnceEntry[], now: number): Promise<UsedOnceOutcome>;
 }
 
 /** A pushed authorization request (RFC 9126): the /authorize parameters as sent to /par, for its client only. */
