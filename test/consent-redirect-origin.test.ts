@@ -8,7 +8,7 @@ import assert from 'node:assert/strict';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { after, before, describe, test } from 'node:test';
+import { describe, test } from 'node:test';
 import Database from 'better-sqlite3';
 import type { FastifyInstance, LightMyRequestResponse } from 'fastify';
 import pg from 'pg';
@@ -19,7 +19,7 @@ import { openStore } from '../src/store/open.js';
 import { registeredClientParams } from '../src/store/rows.js';
 import type { RegisteredClientRecord, Store } from '../src/store/types.js';
 import { createPostgresDatabase, POSTGRES_SKIP_REASON, POSTGRES_URL, STORE_KINDS } from './helpers/databases.js';
-import { authorizeUrl, cookieJar, form, hiddenInput, PASSWORD, pkce, testApp, testConfig, type TestApp } from './helpers/app.js';
+import { appPerSuite, authorizeUrl, cookieJar, form, hiddenInput, PASSWORD, pkce, testApp, type TestApp, testConfig } from './helpers/app.js';
 import { schemaAt } from './helpers/store-inspect.js';
 
 const MCP = 'https://mcp.example.org/mcp';
@@ -130,18 +130,10 @@ describe('the redirect origin of a consent (policy)', () => {
 for (const kind of STORE_KINDS) {
   describe(`consent is remembered per redirect origin on the ${kind.name} store`, { skip: kind.skip }, () => {
     let t: TestApp;
-    let cleanup: () => Promise<void>;
     let clientId: string;
-    before(async () => {
-      const opened = await kind.open();
-      cleanup = opened.cleanup;
-      t = await testApp({ store: opened.store, config: await dynamicConfig() });
+    appPerSuite(kind, async () => ({ config: await dynamicConfig() }), async (opened) => {
+      t = opened;
       clientId = await register(t.app);
-    });
-    after(async () => {
-      await t.app.close();
-      await t.store.close();
-      await cleanup();
     });
 
     test('consent for the loopback redirect URI: another redirect origin of the same client gets no code without a new consent', async () => {

@@ -12,7 +12,21 @@ import { createLogger } from '../src/log.js';
 import { openStore } from '../src/store/open.js';
 import type { Store } from '../src/store/types.js';
 import { createPostgresDatabase, POSTGRES_SKIP_REASON, POSTGRES_URL, STORE_KINDS } from './helpers/databases.js';
-import { AUDIENCE, basic, claimsOf, client, form, ISSUER, REDIRECT, SECRET, signInForCode, testApp, testConfig, type TestApp } from './helpers/app.js';
+import {
+  appPerSuite,
+  AUDIENCE,
+  basic,
+  claimsOf,
+  client,
+  form,
+  ISSUER,
+  REDIRECT,
+  SECRET,
+  signInForCode,
+  testApp,
+  type TestApp,
+  testConfig,
+} from './helpers/app.js';
 import { athOf, newKey, privateJwkOf, proof, type ClientKey, type ProofAlg } from './helpers/proofs.js';
 
 const TOKEN = `${ISSUER}/token`;
@@ -77,18 +91,10 @@ function assertProofRefused(response: LightMyRequestResponse, description: RegEx
 for (const kind of STORE_KINDS) {
   describe(`DPoP on the ${kind.name} store`, { skip: kind.skip }, () => {
     let t: TestApp;
-    let cleanup: () => Promise<void>;
     let key: ClientKey;
-    before(async () => {
-      const opened = await kind.open();
-      cleanup = opened.cleanup;
-      t = await testApp({ store: opened.store, config: await config() });
+    appPerSuite(kind, async () => ({ config: await config() }), async (opened) => {
+      t = opened;
       key = await newKey('ES256');
-    });
-    after(async () => {
-      await t.app.close();
-      await t.store.close();
-      await cleanup();
     });
 
     const introspect = (accessToken: string): Promise<LightMyRequestResponse> =>

@@ -4,11 +4,11 @@
  * tokens only when it registered refresh_token; configured clients keep the grants they had.
  */
 import assert from 'node:assert/strict';
-import { after, before, describe, test } from 'node:test';
+import { describe, test } from 'node:test';
 import type { FastifyInstance, LightMyRequestResponse } from 'fastify';
 import type { Config } from '../src/config/types.js';
 import { STORE_KINDS } from './helpers/databases.js';
-import { authorizeUrl, basic, cookieJar, form, hiddenInput, PASSWORD, pkce, postToken, SECRET, testApp, testConfig, type TestApp } from './helpers/app.js';
+import { appPerSuite, authorizeUrl, basic, cookieJar, form, hiddenInput, PASSWORD, pkce, postToken, SECRET, type TestApp, testConfig } from './helpers/app.js';
 
 const MCP = 'https://mcp.example.org/mcp';
 const CALLBACK = 'http://127.0.0.1:33418/callback';
@@ -82,16 +82,8 @@ function assertUnauthorizedClient(response: LightMyRequestResponse): void {
 for (const kind of STORE_KINDS) {
   describe(`grant eligibility over HTTP on the ${kind.name} store`, { skip: kind.skip }, () => {
     let t: TestApp;
-    let cleanup: () => Promise<void>;
-    before(async () => {
-      const opened = await kind.open();
-      cleanup = opened.cleanup;
-      t = await testApp({ store: opened.store, config: await dynamicConfig() });
-    });
-    after(async () => {
-      await t.app.close();
-      await t.store.close();
-      await cleanup();
+    appPerSuite(kind, async () => ({ config: await dynamicConfig() }), (opened) => {
+      t = opened;
     });
 
     test('a client registered with client_secret_basic and grant_types [authorization_code] gets unauthorized_client for client_credentials', async () => {

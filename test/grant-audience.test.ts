@@ -3,11 +3,11 @@
  * /introspect): the token endpoint and /introspect of a refresh token give the same answer, provider scopes included.
  */
 import assert from 'node:assert/strict';
-import { after, before, describe, test } from 'node:test';
+import { describe, test } from 'node:test';
 import { decodeJwt } from 'jose';
 import { grantAudience } from '../src/policy/resource.js';
 import { STORE_KINDS } from './helpers/databases.js';
-import { AUDIENCE, basic, exchangeCode, form, ISSUER, refresh, SECRET, signInForCode, testApp, type TestApp } from './helpers/app.js';
+import { appPerSuite, AUDIENCE, basic, exchangeCode, form, ISSUER, refresh, SECRET, signInForCode, type TestApp } from './helpers/app.js';
 
 const API = AUDIENCE[0] as string;
 const FILES = AUDIENCE[1] as string;
@@ -23,16 +23,8 @@ test('grantAudience: the issuer with a provider scope, else the authorization\'s
 for (const kind of STORE_KINDS) {
   describe(`a grant's aud at /token and /introspect on the ${kind.name} store`, { skip: kind.skip }, () => {
     let t: TestApp;
-    let cleanup: () => Promise<void>;
-    before(async () => {
-      const opened = await kind.open();
-      cleanup = opened.cleanup;
-      t = await testApp({ store: opened.store });
-    });
-    after(async () => {
-      await t.app.close();
-      await t.store.close();
-      await cleanup();
+    appPerSuite(kind, async () => ({}), (opened) => {
+      t = opened;
     });
 
     const introspect = async (token: string): Promise<Record<string, unknown>> => {

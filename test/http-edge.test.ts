@@ -4,7 +4,7 @@ import { connect } from 'node:net';
 import { after, before, describe, test } from 'node:test';
 import pino from 'pino';
 import { STORE_KINDS } from './helpers/databases.js';
-import { basic, cookieJar, form, hiddenInput, postToken, SECRET, type TestApp, testApp, webappAuthorizeUrl } from './helpers/app.js';
+import { appPerSuite, basic, cookieJar, form, hiddenInput, postToken, SECRET, testApp, type TestApp, webappAuthorizeUrl } from './helpers/app.js';
 
 /** Writes `bytes` on one keep-alive connection and collects everything until the server closes it; a reset rejects. */
 function exchange(port: number, bytes: Buffer): Promise<string> {
@@ -112,18 +112,9 @@ describe('unknown paths', () => {
 
 for (const kind of STORE_KINDS) describe(`a NUL byte in any parameter is invalid_request (DESIGN.md §7), ${kind.name} store`, { skip: kind.skip }, () => {
   let t: TestApp;
-  let cleanup: () => Promise<void>;
-  before(async () => {
-    const opened = await kind.open();
-    cleanup = opened.cleanup;
-    t = await testApp({ store: opened.store });
+  appPerSuite(kind, async () => ({}), (opened) => {
+    t = opened;
   });
-  after(async () => {
-    await t.app.close();
-    await t.store.close();
-    await cleanup();
-  });
-
 
   test('/authorize: the error page, HTTP 400, no redirect', async () => {
     for (const extra of [[['state', 'a\0b']], [['nonce', '\0']], [['resource', 'https://api.example.org/\0']]] as [string, string][][]) {

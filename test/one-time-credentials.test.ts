@@ -4,11 +4,11 @@
  * writes nothing and leaves the other usable (DESIGN.md §1, §13).
  */
 import assert from 'node:assert/strict';
-import { after, before, describe, test } from 'node:test';
+import { before, describe, test } from 'node:test';
 import type { FastifyInstance, LightMyRequestResponse } from 'fastify';
 import type { Config } from '../src/config/types.js';
 import { STORE_KINDS } from './helpers/databases.js';
-import { client, form, ISSUER, pkce, REDIRECT, testApp, testConfig, type TestApp } from './helpers/app.js';
+import { appPerSuite, client, form, ISSUER, pkce, REDIRECT, type TestApp, testConfig } from './helpers/app.js';
 import { assertion, JWT_BEARER, newKey, proof, type ClientKey } from './helpers/proofs.js';
 
 /** DESIGN.md §13 refusals, compared character for character. */
@@ -47,16 +47,8 @@ const ENDPOINTS = [
 for (const kind of STORE_KINDS) {
   describe(`a client assertion and a DPoP proof in one request, on the ${kind.name} store`, { skip: kind.skip }, () => {
     let t: TestApp;
-    let cleanup: () => Promise<void>;
-    before(async () => {
-      const opened = await kind.open();
-      cleanup = opened.cleanup;
-      t = await testApp({ store: opened.store, config: await config() });
-    });
-    after(async () => {
-      await t.app.close();
-      await t.store.close();
-      await cleanup();
+    appPerSuite(kind, async () => ({ config: await config() }), (opened) => {
+      t = opened;
     });
 
     for (const endpoint of ENDPOINTS) {

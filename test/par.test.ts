@@ -12,6 +12,7 @@ import type { Store } from '../src/store/types.js';
 import { createPostgresDatabase, POSTGRES_SKIP_REASON, POSTGRES_URL, STORE_KINDS } from './helpers/databases.js';
 import { newKey, proof, type ClientKey } from './helpers/proofs.js';
 import {
+  appPerSuite,
   AUDIENCE,
   basic,
   claimsOf,
@@ -26,8 +27,8 @@ import {
   resumeAuthorization,
   SECRET,
   testApp,
-  testConfig,
   type TestApp,
+  testConfig,
 } from './helpers/app.js';
 
 const API = AUDIENCE[0] as string;
@@ -100,18 +101,10 @@ async function pushesStored(metrics: Metrics): Promise<number> {
 for (const kind of STORE_KINDS) {
   describe(`PAR on the ${kind.name} store`, { skip: kind.skip }, () => {
     let t: TestApp;
-    let cleanup: () => Promise<void>;
     let clock = Date.now();
     const metrics = createMetrics({ processMetrics: false });
-    before(async () => {
-      const opened = await kind.open();
-      cleanup = opened.cleanup;
-      t = await testApp({ store: opened.store, config: await config(), now: () => clock, metrics });
-    });
-    after(async () => {
-      await t.app.close();
-      await t.store.close();
-      await cleanup();
+    appPerSuite(kind, async () => ({ config: await config(), now: () => clock, metrics }), (opened) => {
+      t = opened;
     });
 
     test('a public client pushes its request (201, a request_uri URN, expires_in 60); /authorize runs the pushed parameters and ignores the others', async () => {

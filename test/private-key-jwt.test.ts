@@ -24,7 +24,7 @@ import { MemoryStore } from '../src/store/memory.js';
 import { openStore } from '../src/store/open.js';
 import type { Store } from '../src/store/types.js';
 import { createPostgresDatabase, POSTGRES_SKIP_REASON, POSTGRES_URL, STORE_KINDS } from './helpers/databases.js';
-import { basic, client, form, ISSUER, pkce, REDIRECT, SECRET, testApp, testConfig, type TestApp } from './helpers/app.js';
+import { appPerSuite, basic, client, form, ISSUER, pkce, REDIRECT, SECRET, testApp, type TestApp, testConfig } from './helpers/app.js';
 import { loadSigningKeys } from './helpers/keys.js';
 import { assertion, JWT_BEARER, newKey, privateJwkOf, type ClientKey, type ProofAlg } from './helpers/proofs.js';
 
@@ -75,16 +75,8 @@ function assertInvalidClient(response: LightMyRequestResponse, description: RegE
 for (const kind of STORE_KINDS) {
   describe(`private_key_jwt on the ${kind.name} store`, { skip: kind.skip }, () => {
     let t: TestApp;
-    let cleanup: () => Promise<void>;
-    before(async () => {
-      const opened = await kind.open();
-      cleanup = opened.cleanup;
-      t = await testApp({ store: opened.store, config: await config() });
-    });
-    after(async () => {
-      await t.app.close();
-      await t.store.close();
-      await cleanup();
+    appPerSuite(kind, async () => ({ config: await config() }), (opened) => {
+      t = opened;
     });
 
     test('an assertion by each of its keys authenticates the client (a confidential one: client_credentials); aud the issuer or the endpoint, string or list', async () => {

@@ -1,10 +1,24 @@
 /** POST /revoke (RFC 7009) and POST /introspect (RFC 7662) as DESIGN.md §8 says, on every store. */
 import assert from 'node:assert/strict';
-import { after, before, describe, test } from 'node:test';
+import { describe, test } from 'node:test';
 import type { LightMyRequestResponse } from 'fastify';
 import type { Config } from '../src/config/types.js';
 import { STORE_KINDS } from './helpers/databases.js';
-import { AUDIENCE, basic, exchangeCode, form, ISSUER, postToken, refresh, SECRET, signInForCode, testApp, testConfig, type TestApp } from './helpers/app.js';
+import {
+  appPerSuite,
+  AUDIENCE,
+  basic,
+  exchangeCode,
+  form,
+  ISSUER,
+  postToken,
+  refresh,
+  SECRET,
+  signInForCode,
+  testApp,
+  type TestApp,
+  testConfig,
+} from './helpers/app.js';
 
 const API = AUDIENCE[0] as string;
 const FILES = AUDIENCE[1] as string;
@@ -17,16 +31,8 @@ async function config(): Promise<Config> {
 for (const kind of STORE_KINDS) {
   describe(`/introspect and /revoke on the ${kind.name} store`, { skip: kind.skip }, () => {
     let t: TestApp;
-    let cleanup: () => Promise<void>;
-    before(async () => {
-      const opened = await kind.open();
-      cleanup = opened.cleanup;
-      t = await testApp({ store: opened.store, config: await config() });
-    });
-    after(async () => {
-      await t.app.close();
-      await t.store.close();
-      await cleanup();
+    appPerSuite(kind, async () => ({ config: await config() }), (opened) => {
+      t = opened;
     });
 
     const introspect = (token: string, auth: string | null, extra: [string, string][] = []): Promise<LightMyRequestResponse> =>

@@ -1,5 +1,6 @@
 /** Builds a Pinpoint app for tests (memory store unless told otherwise) and drives it like a browser/client. */
 import { createHash, randomBytes } from 'node:crypto';
+import { after, before } from 'node:test';
 import type { FastifyInstance, LightMyRequestResponse } from 'fastify';
 import { buildApp } from '../../src/app.js';
 import type { AppLimits, AppServices } from '../../src/context.js';
@@ -7,6 +8,7 @@ import type { ClientRecord, Config, UserRecord } from '../../src/config/types.js
 import { hashPassword } from '../../src/crypto/password.js';
 import { MemoryStore } from '../../src/store/memory.js';
 import type { Store } from '../../src/store/types.js';
+import type { StoreKind } from './databases.js';
 import { loadSigningKeys } from './keys.js';
 
 export const ISSUER = 'http://127.0.0.1:8080';
@@ -77,6 +79,30 @@ export async function testApp(
   const { app, ctx } = await buildApp({ config, store, keys, now: options.now, limits, logger: options.logger, metrics: options.metrics });
   await app.ready();
   return { app, ctx, store };
+}
+
+/**
+ * One app on a fresh store of `kind` for the enclosing describe: opened before its tests (`ready` gets it), then closed
+ * and its database removed after them.
+ */
+export function appPerSuite(
+  kind: StoreKind,
+  options: () => Promise<Omit<Parameters<typeof testApp>[0] & object, 'store'>>,
+  ready: (opened: TestApp) => void | Promise<void>,
+): void {
+  let opened: TestApp | undefined;
+  let cleanup: () => Promise<void> = async () => undefined;
+  before(async () => {
+    const fresh = await kind.open();
+    cleanup = fresh.cleanup;
+    opened = await testApp({ ...(await options()), store: fresh.store });
+    await ready(opened);
+  });
+  after(async () => {
+    await opened?.app.close();
+    await opened?.store.close();
+    await cleanup();
+  });
 }
 
 export function basic(id: string, secret: string): string {
