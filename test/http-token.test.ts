@@ -5,6 +5,7 @@ import { request as httpRequest } from 'node:http';
 import { after, before, describe, test } from 'node:test';
 import type { FastifyInstance, LightMyRequestResponse } from 'fastify';
 import { createLocalJWKSet, decodeProtectedHeader, jwtVerify, type JSONWebKeySet } from 'jose';
+import type { ClientRecord } from '../src/config/types.js';
 import {
   AUDIENCE,
   ISSUER,
@@ -502,6 +503,24 @@ describe('/token client authentication and request shape', () => {
       400,
       'invalid_request',
     );
+  });
+
+  test('Basic credentials are form-decoded (RFC 6749 §2.3.1): "+" is a space, %XX a byte; sent raw, such a secret does not match', async () => {
+    const secret = 'a b+c%d:é';
+    const config = await testConfig();
+    const odd = { ...(config.clients.get('service') as ClientRecord), clientId: 'odd client', secret };
+    const app = (await testApp({ config: { ...config, clients: new Map([...config.clients, ['odd client', odd]]) } })).app;
+    try {
+      const encoded = (text: string): string => encodeURIComponent(text).replace(/%20/g, '+');
+      const header = (id: string, text: string): string => `Basic ${Buffer.from(`${id}:${text}`).toString('base64')}`;
+      assert.equal((await postForm(app, [['grant_type', 'client_credentials']], header(encoded('odd client'), encoded(secret)))).statusCode, 200);
+      assert.equal((await postForm(app, [['grant_type', 'client_credentials']], header('odd%20client', encodeURIComponent(secret)))).statusCode, 200);
+      // The secret as configured but not encoded: its "+" reads as a space and "%d:" is no escape.
+      assertInvalidClient(await postForm(app, [['grant_type', 'client_credentials']], header(encoded('odd client'), secret)));
+      assertInvalidClient(await postForm(app, [['grant_type', 'client_credentials']], header(encoded('odd client'), 'a b c%25d:é')));
+    } finally {
+      await app.close();
+    }
   });
 
   test('no client at all', async () => {

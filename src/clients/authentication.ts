@@ -45,7 +45,8 @@ function decodeBasic(header: string): { id: string; secret: string; text: string
   const colon = decoded.indexOf(':');
   if (colon === -1) return undefined;
   try {
-    const unescape = (text: string): string => decodeURIComponent(text.replace(/\+/g, ' '));
+    // Most ids and secrets hold neither '%' nor '+': returned as they are, with no regular expression or decoding.
+    const unescape = (text: string): string => (text.includes('%') || text.includes('+') ? decodeURIComponent(text.replace(/\+/g, ' ')) : text);
     return { id: unescape(decoded.slice(0, colon)), secret: unescape(decoded.slice(colon + 1)), text: decoded };
   } catch {
     return undefined;
