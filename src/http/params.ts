@@ -63,10 +63,11 @@ export function parseParams(text: string): Params {
     const found = text.indexOf('&', start);
     const end = found === -1 ? text.length : found;
     if (end > start) {
-      const equals = text.indexOf('=', start);
-      const split = equals === -1 || equals > end ? end : equals;
-      const name = decoded(text.slice(start, split));
-      const value = split === end ? '' : decoded(text.slice(split + 1, end));
+      // '=' is looked for within the pair only: across the rest of the text, "a&a&a..." would cost quadratic time.
+      const pair = text.slice(start, end);
+      const equals = pair.indexOf('=');
+      const name = decoded(equals === -1 ? pair : pair.slice(0, equals));
+      const value = equals === -1 ? '' : decoded(pair.slice(equals + 1));
       const values = params.get(name);
       if (values === undefined) params.set(name, [value]);
       else values.push(value);
