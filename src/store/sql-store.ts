@@ -40,7 +40,7 @@ import {
   type SessionRow,
 } from './rows.js';
 import { DEVICE_EXPIRY_SLACK_MS, grantExtension, type GrantExtension, grantKeptUntil, mayNeedExtension, oldestGrantFirst, oldestKeyFirst } from './rules.js';
-import { grantQueries, REVOKE_BATCH, SQL, SWEEP_BATCH, USED_ONCE_PAIRS, type Statement } from './sql.js';
+import { grantQueries, REVOKE_BATCH, SQL, SWEEP_BATCH, type Statement } from './sql.js';
 import type {
   AuthorizationCodeRecord,
   CodeLookup,
@@ -440,17 +440,12 @@ export class SqlStore implements Store {
   }
 
   /**
-   * The kind of the first of `entries` recorded and unexpired at `now`, read after a refused batch only to name it:
-   * one read per USED_ONCE_PAIRS entries. A record gone since (swept) names the first entry: only the error text differs.
+   * The kind of the first of `entries` recorded and unexpired at `now`, read after a refused batch only to name it (a
+   * request carries one credential of each kind at most). A record gone since (swept) names the first: only the text differs.
    */
   async #firstUsed(entries: readonly UsedOnceEntry[], now: number): Promise<ReplayKind> {
-    for (let start = 0; start < entries.length; start += USED_ONCE_PAIRS) {
-      const pairs = entries.slice(start, start + USED_ONCE_PAIRS);
-      const values: unknown[] = [now];
-      for (let i = 0; i < USED_ONCE_PAIRS; i += 1) values.push(pairs[i]?.kind ?? null, pairs[i]?.id ?? null);
-      const rows = await this.#driver.read<{ kind: string; id: string }>(SQL.findUsedOnce, values);
-      const used = pairs.find(({ kind, id }) => rows.some((row) => row.kind === kind && row.id === id));
-      if (used !== undefined) return used.kind;
+    for (const { kind, id } of entries) {
+      if ((await this.#driver.read(SQL.findUsedOnce, [kind, id, now])).length > 0) return kind;
     }
     return (entries[0] as UsedOnceEntry).kind;
   }

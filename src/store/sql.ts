@@ -13,12 +13,6 @@ export interface Statement {
   readonly text: string;
 }
 
-/** (kind, id) pairs per findUsedOnce read: a request carries at most one credential of each ReplayKind. */
-export const USED_ONCE_PAIRS = 2;
-
-/** `($2, $3), ($4, $5), ...`: the (kind, id) pairs of one findUsedOnce read, padded with NULL (which matches nothing). */
-const USED_ONCE_PAIR_LIST = Array.from({ length: USED_ONCE_PAIRS }, (_, i) => `($${2 * i + 2}, $${2 * i + 3})`).join(', ');
-
 /** Rows per DELETE when sweeping, so no statement holds a lock for long. */
 export const SWEEP_BATCH = 500;
 
@@ -175,8 +169,8 @@ const texts = {
   // is taken over), so one of two concurrent uses wins, also across instances (DESIGN.md §13).
   markUsedOnce: `INSERT INTO used_once (kind, id, expires_at) VALUES ($1, $2, $3)
     ON CONFLICT (kind, id) DO UPDATE SET expires_at = excluded.expires_at WHERE used_once.expires_at <= $4`,
-  // $1 now, then USED_ONCE_PAIRS (kind, id) pairs: those recorded and unexpired, read only to say which one a refused batch met.
-  findUsedOnce: `SELECT kind, id FROM used_once WHERE expires_at > $1 AND (kind, id) IN (${USED_ONCE_PAIR_LIST})`,
+  // $1 kind, $2 id, $3 now: whether that record is there and unexpired, read only to say which one a refused batch met.
+  findUsedOnce: 'SELECT 1 AS used FROM used_once WHERE kind = $1 AND id = $2 AND expires_at > $3',
 
   insertPushedRequest: 'INSERT INTO pushed_requests (digest, client_id, parameters, expires_at) VALUES ($1, $2, $3, $4)',
   findPushedRequest: 'SELECT digest, client_id, parameters, expires_at FROM pushed_requests WHERE digest = $1 AND client_id = $2 AND expires_at > $3',
