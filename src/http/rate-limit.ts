@@ -79,13 +79,6 @@ export class FixedWindowLimiter {
     return windows === undefined ? undefined : () => this.merge(windows, now);
   }
 
-  /** acceptHandover, then taking the windows in; throws, changing nothing, when they are malformed. */
-  takeOver(handed: unknown, now: number): number {
-    const take = this.acceptHandover(handed, now);
-    if (take === undefined) throw new TypeError('the handed-over limiter windows are malformed');
-    return take();
-  }
-
   /**
    * Per key the larger count with its end, so a call replayed here meanwhile is never counted twice; ended windows are
    * dropped and the entry bound holds. Returns how many windows changed.

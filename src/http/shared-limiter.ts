@@ -21,7 +21,7 @@ export interface LimiterMessage {
 
 /** A limiter whose live counts can go to a worker that starts later, e.g. FixedWindowLimiter. */
 export interface HandsOver {
-  /** The live counts, as takeOver() at another worker reads them. */
+  /** The live counts, as acceptHandover() at another worker reads them. */
   snapshot(now: number): unknown;
   /** Checks another worker's snapshot(), changing nothing: what takes it in (returning how many counts changed), or undefined when malformed. */
   acceptHandover(handed: unknown, now: number): (() => number) | undefined;
