@@ -22,9 +22,8 @@ const GRANT_ID_SHAPE = /^[0-9A-Za-z-]{1,64}$/;
  */
 export function newRefreshToken(grantId: string, issuedAt: number, lifetimeMs: number, boundKey?: string): { value: string; record: RefreshTokenRecord } {
   const value = `${grantId}${SEPARATOR}${randomText(32)}`;
-  const digest = digestOf(value);
-  const expiresAt = issuedAt + lifetimeMs;
-  return { value, record: boundKey === undefined ? { digest, grantId, issuedAt, expiresAt } : { digest, grantId, issuedAt, expiresAt, boundKey } };
+  // The key's spread last: a literal that starts with an object spread takes V8's slow path.
+  return { value, record: { digest: digestOf(value), grantId, issuedAt, expiresAt: issuedAt + lifetimeMs, ...(boundKey !== undefined && { boundKey }) } };
 }
 
 /** The grant a presented refresh token names and the token's digest; undefined when it is not shaped like one of ours. */

@@ -7,7 +7,6 @@ import { readCookie, serializeCookie, type CookieSettings } from '../http/cookie
 
 export const CSRF_COOKIE = 'pinpoint_csrf';
 
-
 /** Tokens made during a request, so a second form (or a login request) in the same answer gets the same one. */
 const issued = new WeakMap<FastifyRequest, string>();
 
