@@ -13,6 +13,9 @@ export interface Step {
  * more than one), nothing of the script is kept and it answers undefined: this is how "only if still active" is
  * written, e.g. rotate = [mark the old token rotated (guard), add the new one, extend the grant].
  */
+/** Whether a step that changed `changes` rows lets its script go on: a guard must change exactly one. */
+export const guardHolds = (step: Step, changes: number): boolean => step.guard !== true || changes === 1;
+
 export interface Script {
   readonly steps: readonly Step[];
   /** Runs as if no other script of this kind were running, also in other processes (key creation). */

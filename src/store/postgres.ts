@@ -2,7 +2,7 @@ import pg from 'pg';
 import type { ClientConfig, PoolClient, QueryResult, QueryResultRow } from 'pg';
 import type { StateConfig } from '../config/types.js';
 import { POSTGRES_TRANSACTION_LOCK } from './dialect.js';
-import type { Driver, Script, Step, Written } from './driver.js';
+import { guardHolds, type Driver, type Script, type Step, type Written } from './driver.js';
 import { migratePostgres, quoteIdentifier } from './migrations.js';
 import type { Statement } from './sql.js';
 import { SqlStore } from './sql-store.js';
@@ -201,8 +201,6 @@ class PostgresDriver implements Driver {
     }
   }
 }
-
-const guardHolds = (step: Step, changes: number): boolean => step.guard !== true || changes === 1;
 
 /** State in PostgreSQL, shared by every Pinpoint instance pointed at the same database and schema (DESIGN.md §6). */
 export class PostgresStore extends SqlStore {

@@ -3,7 +3,7 @@ import { dirname, resolve } from 'node:path';
 import type { Worker } from 'node:worker_threads';
 import Database from 'better-sqlite3';
 import { sqliteStatement } from './dialect.js';
-import type { Driver, Script, Written } from './driver.js';
+import { guardHolds, type Driver, type Script, type Step, type Written } from './driver.js';
 import { migrateSqlite } from './migrations.js';
 import type { Statement } from './sql.js';
 import { startCheckpointer } from './sqlite-checkpointer.js';
@@ -95,9 +95,9 @@ class SqliteDriver implements Driver {
     }
     // Nested in the batch's transaction, a script is a savepoint: a failed guard or statement rolls back it alone.
     this.#runScript = db.transaction((script: Script): number[] =>
-      script.steps.map(({ statement, values, guard }) => {
-        const changes = this.#statement(statement, values, (prepared, bound) => prepared.run(...bound).changes);
-        if (guard === true && changes !== 1) throw GUARD_FAILED;
+      script.steps.map((step) => {
+        const changes = this.#run(step);
+        if (!guardHolds(step, changes)) throw GUARD_FAILED;
         return changes;
       }),
     );
@@ -132,6 +132,14 @@ class SqliteDriver implements Driver {
   }
 
   script(script: Script): Promise<readonly number[] | undefined> {
+    const [only, ...rest] = script.steps;
+    // One statement is atomic by itself (as the PostgreSQL driver runs it too): no savepoint around it.
+    if (only !== undefined && rest.length === 0) {
+      return this.#write(() => {
+        const changes = this.#run(only);
+        return guardHolds(only, changes) ? [changes] : undefined;
+      });
+    }
     // alone: every batch is an IMMEDIATE transaction, which no other writer (nor process) runs beside.
     return this.#write(() => {
       try {
@@ -147,6 +155,11 @@ class SqliteDriver implements Driver {
     this.#commitPending();
     await this.#checkpointer.terminate();
     if (this.#db.open) this.#db.close();
+  }
+
+  /** Runs one step's statement; the rows it changed. */
+  #run(step: Step): number {
+    return this.#statement(step.statement, step.values, (prepared, bound) => prepared.run(...bound).changes);
   }
 
   /** Runs `call` on the statement, prepared on first use, with `values` in the order its `?` take them. */
