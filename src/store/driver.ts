@@ -8,14 +8,14 @@ export interface Step {
   readonly guard?: boolean;
 }
 
+/** Whether a step that changed `changes` rows lets its script go on: a guard must change exactly one. */
+export const guardHolds = (step: Step, changes: number): boolean => step.guard !== true || changes === 1;
+
 /**
  * A state change of several statements, run in order in one transaction. When a guard step changes no row (or
  * more than one), nothing of the script is kept and it answers undefined: this is how "only if still active" is
  * written, e.g. rotate = [mark the old token rotated (guard), add the new one, extend the grant].
  */
-/** Whether a step that changed `changes` rows lets its script go on: a guard must change exactly one. */
-export const guardHolds = (step: Step, changes: number): boolean => step.guard !== true || changes === 1;
-
 export interface Script {
   readonly steps: readonly Step[];
   /** Runs as if no other script of this kind were running, also in other processes (key creation). */
