@@ -8,7 +8,7 @@ import type { JWTVerifyGetKey } from 'jose';
 import { JWT_BEARER_ASSERTION, verifyClientAssertion } from './private-key-jwt.js';
 import type { ClientRecord, ResourceServerRecord } from '../config/types.js';
 import { invalidClient, invalidRequest } from '../policy/oauth-error.js';
-import { single, type Params } from '../http/params.js';
+import { formDecodedStrictly, single, type Params } from '../http/params.js';
 import { matchesDigest, sha256 } from '../crypto/digest.js';
 import type { UsedOnce } from '../crypto/used-once.js';
 
@@ -44,13 +44,9 @@ function decodeBasic(header: string): { id: string; secret: string; text: string
   const decoded = Buffer.from(match[1] as string, 'base64').toString('utf8');
   const colon = decoded.indexOf(':');
   if (colon === -1) return undefined;
-  try {
-    // Most ids and secrets hold neither '%' nor '+': returned as they are, with no regular expression or decoding.
-    const unescape = (text: string): string => (text.includes('%') || text.includes('+') ? decodeURIComponent(text.replace(/\+/g, ' ')) : text);
-    return { id: unescape(decoded.slice(0, colon)), secret: unescape(decoded.slice(colon + 1)), text: decoded };
-  } catch {
-    return undefined;
-  }
+  const id = formDecodedStrictly(decoded.slice(0, colon));
+  const secret = formDecodedStrictly(decoded.slice(colon + 1));
+  return id === undefined || secret === undefined ? undefined : { id, secret, text: decoded };
 }
 
 export function readClientCredentials(authorization: string | undefined, params: Params): PresentedCredentials {

@@ -34,22 +34,30 @@ function percentDecoded(text: string): string {
   return utf8Decoder.decode(out.subarray(0, length));
 }
 
+/** '+' as a space, then decodeURIComponent: undefined for a malformed escape or escaped bytes that are not UTF-8. */
+function strictlyDecoded(text: string): string | undefined {
+  try {
+    return decodeURIComponent(text.replace(PLUS, ' '));
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * One form-urlencoded name or value, refused (undefined) when an escape in it is malformed: for credentials
+ * (RFC 6749 §2.3.1 Basic), where a lenient decode would make another id or secret of what was sent.
+ */
+export const formDecodedStrictly = (text: string): string | undefined => (NEEDS_DECODING.test(text) ? strictlyDecoded(text) : text);
+
 /**
  * One name or value as the WHATWG form parser decodes it: '+' is a space, then percent-decoding and UTF-8. Well-formed
- * text (nearly all) is decodeURIComponent's answer, which is the same; the rest takes the byte-wise path. Node's own
- * URLSearchParams is not used: on Node 20 it decodes "é%3D%" to "\ufffd=%", not "é=%".
+ * text (nearly all) is decodeURIComponent's answer, which is the same; the rest (a malformed escape, invalid UTF-8, a
+ * surrogate decodeURIComponent would keep alone) takes the byte-wise path. Node's own URLSearchParams is not used: on
+ * Node 20 it decodes "é%3D%" to "\ufffd=%", not "é=%".
  */
 function decoded(text: string): string {
   if (!NEEDS_DECODING.test(text)) return text;
-  const spaced = text.replace(PLUS, ' ');
-  if (!SURROGATE.test(spaced)) {
-    try {
-      return decodeURIComponent(spaced);
-    } catch {
-      // A malformed escape or invalid UTF-8: decoded leniently below, as WHATWG says.
-    }
-  }
-  return percentDecoded(spaced);
+  return (SURROGATE.test(text) ? undefined : strictlyDecoded(text)) ?? percentDecoded(text.replace(PLUS, ' '));
 }
 
 /**
