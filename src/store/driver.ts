@@ -43,5 +43,11 @@ export interface Driver {
   write<R = never>(statement: Statement, values: readonly unknown[]): Promise<Written<R>>;
   /** Runs a script in one transaction; once every guard held and it committed, the rows each step changed. */
   script(script: Script): Promise<readonly number[] | undefined>;
+  /**
+   * A number that changes whenever a commit may have ended a grant's standing (anything but sql.ts KEEPS_HOLDINGS),
+   * made in this process or in another; absent where other processes' commits go unseen (PostgreSQL), so that
+   * nothing read may be remembered.
+   */
+  holdingsVersion?(): number;
   close(): Promise<void>;
 }

@@ -66,6 +66,7 @@ export function grantFromRow(row: GrantRow): Grant | undefined {
 export interface GrantHoldingRow {
   client_id: string;
   subject: string;
+  expires_at: Numeric;
   /** EXISTS: 0 or 1 in SQLite, a boolean in PostgreSQL. */
   token_revoked: number | boolean;
 }

@@ -34,7 +34,7 @@ export const extendedExpiry = (expiresAt: number, extension: GrantExtension): nu
   expiresAt < extension.before ? extension.expiresAt : expiresAt;
 
 /** The grant-liveness rule: a grant lives while `now` is before its expiry (the SQL: `expires_at > now`). */
-export const grantLives = (grant: Grant, now: number): boolean => grant.expiresAt > now;
+export const grantLives = (grant: Pick<Grant, 'expiresAt'>, now: number): boolean => grant.expiresAt > now;
 
 /** Whether `grant` is one of those `filter` names (the SQL: sql.ts GRANT_FILTERS). */
 export const grantMatches = (grant: Grant, filter: GrantFilter): boolean =>

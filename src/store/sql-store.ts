@@ -40,6 +40,7 @@ import {
   type SessionRow,
 } from './rows.js';
 import { DEVICE_EXPIRY_SLACK_MS, grantExtension, type GrantExtension, grantKeptUntil, mayNeedExtension, oldestGrantFirst, oldestKeyFirst } from './rules.js';
+import { RememberedHoldings } from './remembered-holdings.js';
 import { grantQueries, REVOKE_BATCH, SQL, SWEEP_BATCH, type Statement } from './sql.js';
 import type {
   AuthorizationCodeRecord,
@@ -119,6 +120,7 @@ const SWEEPS: readonly (readonly [Statement, (now: number) => number])[] = [
 /** The Store of DESIGN.md §6 over a SQL database: every operation written once, the driver running the statements. */
 export class SqlStore implements Store {
   readonly #driver: Driver;
+  readonly #holdings = new RememberedHoldings();
 
   constructor(driver: Driver) {
     this.#driver = driver;
@@ -162,8 +164,17 @@ export class SqlStore implements Store {
   }
 
   async findGrantHolding(grantId: string, jti: string | undefined, now: number): Promise<GrantHolding | undefined> {
+    // Asked before the read: a commit that could change the row changes it, so nothing older is ever kept as new.
+    const version = this.#driver.holdingsVersion?.();
+    const key = jti === undefined ? grantId : `${grantId} ${jti}`;
+    const remembered = version === undefined ? undefined : this.#holdings.find(key, version, now);
+    if (remembered !== undefined) return remembered;
     const [row] = await this.#driver.read<GrantHoldingRow>(SQL.findGrantHolding, [grantId, now, jti ?? null]);
-    return row === undefined ? undefined : grantHoldingFromRow(row);
+    if (row === undefined) return undefined;
+    const holding = grantHoldingFromRow(row);
+    // A revoked token is refused and not presented again; a revocation also expires, which a kept entry could not tell.
+    if (version !== undefined && !holding.tokenRevoked) this.#holdings.keep(key, version, holding, Number(row.expires_at));
+    return holding;
   }
 
   async findGrant(grantId: string, now: number): Promise<Grant | undefined> {

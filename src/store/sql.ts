@@ -86,7 +86,7 @@ const texts = {
   findGrant: `SELECT ${GRANT_COLUMNS} FROM grants g WHERE g.id = $1 AND g.expires_at > $2`,
   // rules.ts grantLives, and isAccessTokenRevoked of $3 when there is one, in one read: what a presented access token
   // needs (tokens/access-token-state.ts). CASE evaluates lazily in both databases: no probe for a token passing no jti.
-  findGrantHolding: `SELECT g.client_id, g.subject,
+  findGrantHolding: `SELECT g.client_id, g.subject, g.expires_at,
       CASE WHEN CAST($3 AS TEXT) IS NULL THEN FALSE
         ELSE EXISTS (SELECT 1 FROM revoked_access_tokens r WHERE r.jti = $3 AND r.expires_at > $2) END AS token_revoked
     FROM grants g WHERE g.id = $1 AND g.expires_at > $2`,
@@ -220,6 +220,43 @@ const named = <T extends Record<string, string>>(prefix: string, statements: T):
 
 /** The statements, each named for PostgreSQL's per-connection prepared statements. */
 export const SQL = named('', texts);
+
+/**
+ * The writes that cannot end what findGrantHolding answers: they add rows, extend a grant, or change other tables. A
+ * commit of any other statement (a grant deleted, a token revoked, a sweep) changes the SQLite driver's holdings
+ * version, so what the store remembers of that read is dropped (remembered-holdings.ts); one missing here costs
+ * only a read.
+ */
+export const KEEPS_HOLDINGS: ReadonlySet<Statement> = new Set([
+  SQL.insertGrant,
+  SQL.extendGrant,
+  SQL.extendGrantOfCode,
+  SQL.holdLiveGrant,
+  SQL.insertCode,
+  SQL.consumeCode,
+  SQL.insertRefreshToken,
+  SQL.markRotated,
+  SQL.releaseUserCode,
+  SQL.insertDevice,
+  SQL.recordPoll,
+  SQL.approveDevice,
+  SQL.denyDevice,
+  SQL.redeemDevice,
+  SQL.insertSession,
+  SQL.deleteSession,
+  SQL.insertLoginRequest,
+  SQL.takeLoginRequest,
+  SQL.insertFederationState,
+  SQL.takeFederationState,
+  SQL.saveSubjectClaims,
+  SQL.saveConsent,
+  SQL.countAttempt,
+  SQL.forgiveAttempt,
+  SQL.clearAttempts,
+  SQL.markUsedOnce,
+  SQL.insertPushedRequest,
+  SQL.takePushedRequest,
+]);
 
 /**
  * A GrantFilter as a condition on `grants g`, its values from $2 on (rules.ts grantMatches): one statement per

@@ -5,7 +5,7 @@ import Database from 'better-sqlite3';
 import { sqliteStatement } from './dialect.js';
 import { guardHolds, type Driver, type Script, type Step, type Written } from './driver.js';
 import { migrateSqlite } from './migrations.js';
-import type { Statement } from './sql.js';
+import { KEEPS_HOLDINGS, type Statement } from './sql.js';
 import { startCheckpointer } from './sqlite-checkpointer.js';
 import { SqlStore } from './sql-store.js';
 import { StoreUnavailableError } from './unavailable.js';
@@ -47,6 +47,8 @@ const GUARD_FAILED = Symbol('guard failed');
 /** A write waiting for the end of the event-loop turn, when it commits with the others queued in that turn. */
 interface PendingWrite {
   readonly run: () => unknown;
+  /** Whether every statement it runs is in KEEPS_HOLDINGS: its commit leaves the holdings version as it is. */
+  readonly keepsHoldings: boolean;
   readonly resolve: (value: never) => void;
   readonly reject: (reason: unknown) => void;
 }
@@ -71,6 +73,10 @@ class SqliteDriver implements Driver {
   readonly #writeBatch: Database.Transaction<(writes: readonly PendingWrite[]) => WriteOutcome[]>;
   #pending: PendingWrite[] = [];
   readonly #checkpointer: Worker;
+  readonly #dataVersion: Database.Statement;
+  /** PRAGMA data_version when last asked: it changes when another connection (another process) commits. */
+  #seenDataVersion: unknown;
+  #holdingsVersion = 0;
 
   /** Opens (creating folder and file, mode 0600, when missing) and migrates the database at `path`. */
   constructor(path: string) {
@@ -110,6 +116,7 @@ class SqliteDriver implements Driver {
         }
       }),
     );
+    this.#dataVersion = db.prepare('PRAGMA data_version').pluck();
     this.#checkpointer = startCheckpointer({ file, busyTimeoutMs: BUSY_TIMEOUT_MS, intervalMs: CHECKPOINT_INTERVAL_MS });
   }
 
@@ -128,17 +135,19 @@ class SqliteDriver implements Driver {
         const rows = prepared.all(...bound) as R[];
         return { changes: rows.length, rows };
       }),
+      KEEPS_HOLDINGS.has(statement),
     );
   }
 
   script(script: Script): Promise<readonly number[] | undefined> {
     const [only, ...rest] = script.steps;
+    const keepsHoldings = script.steps.every((step) => KEEPS_HOLDINGS.has(step.statement));
     // One statement is atomic by itself (as the PostgreSQL driver runs it too): no savepoint around it.
     if (only !== undefined && rest.length === 0) {
       return this.#write(() => {
         const changes = this.#run(only);
         return guardHolds(only, changes) ? [changes] : undefined;
-      });
+      }, keepsHoldings);
     }
     // alone: every batch is an IMMEDIATE transaction, which no other writer (nor process) runs beside.
     return this.#write(() => {
@@ -148,7 +157,21 @@ class SqliteDriver implements Driver {
         if (error === GUARD_FAILED) return undefined;
         throw error;
       }
-    });
+    }, keepsHoldings);
+  }
+
+  holdingsVersion(): number {
+    let dataVersion: unknown;
+    try {
+      dataVersion = this.#dataVersion.get();
+    } catch (error) {
+      throw this.#unavailable(error);
+    }
+    if (dataVersion !== this.#seenDataVersion) {
+      this.#seenDataVersion = dataVersion;
+      this.#holdingsVersion += 1;
+    }
+    return this.#holdingsVersion;
   }
 
   async close(): Promise<void> {
@@ -186,9 +209,9 @@ class SqliteDriver implements Driver {
    * itself, or a script's savepoint). It resolves only once committed (DESIGN.md §6: no answer before its state
    * change is), and a commit writes the WAL pages its writes share once, so under load a write costs far less.
    */
-  #write<T>(run: () => T): Promise<T> {
+  #write<T>(run: () => T, keepsHoldings: boolean): Promise<T> {
     return new Promise<T>((resolve, reject) => {
-      if (this.#pending.push({ run, resolve, reject }) === 1) setImmediate(this.#commitPending);
+      if (this.#pending.push({ run, keepsHoldings, resolve, reject }) === 1) setImmediate(this.#commitPending);
     });
   }
 
@@ -205,6 +228,8 @@ class SqliteDriver implements Driver {
       for (const write of writes) write.reject(failure);
       return;
     }
+    // Before any write is answered, so no one told "revoked" can still find the holding remembered.
+    if (!writes.every((write) => write.keepsHoldings)) this.#holdingsVersion += 1;
     outcomes.forEach((outcome, i) => {
       const write = writes[i] as PendingWrite;
       if (outcome.ok) write.resolve(outcome.value as never);
