@@ -4,7 +4,8 @@ import { spawn } from 'node:child_process';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { after, before, describe, test } from 'node:test';
-import { createDeployment, postToken, removeDeployment, signInForTokens, startPinpoint, type Deployment, type PinpointProcess } from './helpers/process.js';
+import { basic, form } from './helpers/app.js';
+import { createDeployment, postToken, removeDeployment, SECRET, signInForTokens, startPinpoint, type Deployment, type PinpointProcess } from './helpers/process.js';
 
 const CLI = fileURLToPath(new URL('../src/cli.ts', import.meta.url));
 
@@ -33,8 +34,22 @@ describe('pinpoint keys and grants on a SQLite file a server is using', () => {
   });
   const config = (): string[] => ['--config', deployment.configFile];
 
+  /** POST /introspect as `webapp`: whether the server answers `token` active. */
+  async function isActive(token: string): Promise<boolean> {
+    const response = await fetch(new URL('/introspect', deployment.baseUrl), {
+      method: 'POST',
+      headers: { authorization: basic('webapp', SECRET), 'content-type': 'application/x-www-form-urlencoded' },
+      body: form([['token', token]]),
+    });
+    assert.equal(response.status, 200);
+    return ((await response.json()) as { active: boolean }).active;
+  }
+
   test('grants list shows what alice holds; grants revoke --user ends her grants and sessions; her refresh token stops working', async () => {
     const tokens = await signInForTokens(deployment.baseUrl);
+    // Asked twice before: the server remembers the grant's holding (store/remembered-holdings.ts) until another process commits.
+    assert.equal(await isActive(tokens.access_token), true);
+    assert.equal(await isActive(tokens.access_token), true);
     const listed = await run(['grants', 'list', '--user', 'alice', '--json', ...config()]);
     assert.equal(listed.code, 0, listed.stderr);
     const grants = JSON.parse(listed.stdout) as { id: string; user: string; client: string; scope: string; created: string; last_refresh?: string }[];
@@ -51,6 +66,7 @@ describe('pinpoint keys and grants on a SQLite file a server is using', () => {
     assert.equal(revoked.code, 0, revoked.stderr);
     assert.match(revoked.stdout, /^1 grant revoked$/m);
     assert.match(revoked.stdout, /^1 session ended$/m);
+    assert.equal(await isActive(tokens.access_token), false, "the CLI's revocation, made by another process, shows at once at /introspect");
     const refreshed = await postToken(deployment.baseUrl, [['grant_type', 'refresh_token'], ['refresh_token', tokens.refresh_token ?? '']]);
     assert.equal(refreshed.status, 400);
     assert.equal(refreshed.body.error, 'invalid_grant');
