@@ -8,7 +8,8 @@
  *   npm run bench -- --smoke          every case for 1 s, small scale seed, no thresholds (CI)
  *   npm run bench -- --profile CASE   Pinpoint (SQLite) under CASE at c=16 with the V8 profiler, then the hottest functions
  *                                     (--target oidc-provider|floor|pinpoint-memory|pinpoint-postgres|pinpoint-same-signing|v0.2.0 to profile another; --perf adds Linux perf,
- *                                     native code, kernel and every thread included)
+ *                                     native code, kernel and every thread included; --against TARGET then profiles a second
+                                     server the same way and prints both side by side, in µs per request)
  *   npm run bench -- --keep           keep the temp folder (databases, access logs, pools, profiles)
  *   npm run bench -- --only A,B       only these cases (names as in the table, `scale`, `postgres`, `v0.2.0`, `workers`, `storm` or
  *                                     `write-lock`: how long a refresh holds SQLite's write lock, bench/write-lock.ts); no RESULTS.md
@@ -77,7 +78,7 @@ import {
 } from './processes.js';
 import { prepareRelease, RELEASE, type PreparedRelease } from './release.js';
 import type { StormMeasurement } from './storm.js';
-import { summariseProfile } from './profile.js';
+import { compareProfiles, summariseProfile, type ProfiledRun } from './profile.js';
 import {
   baselineLines,
   CASES,
@@ -111,6 +112,7 @@ const { values: options } = parseArgs({
     keep: { type: 'boolean', default: false },
     profile: { type: 'string' },
     target: { type: 'string', default: 'pinpoint-sqlite' },
+    against: { type: 'string' },
     only: { type: 'string' },
     connections: { type: 'string' },
     perf: { type: 'boolean', default: false },
@@ -616,8 +618,8 @@ function postgresLeg(caseName: CaseName | CostCaseName, server: Server, pool: st
 }
 
 /** The server `--target` names; pinpoint-postgres runs on a database of this run's own. */
-async function startTarget(nodeOptions: readonly string[]): Promise<{ server: Server; database?: BenchDatabase }> {
-  switch (options.target) {
+async function startTarget(target: string | undefined, nodeOptions: readonly string[]): Promise<{ server: Server; database?: BenchDatabase }> {
+  switch (target) {
     case 'oidc-provider':
       return { server: await startServer('oidc-provider', 'oidc-server.ts', {}, { nodeOptions }) };
     // The fastify+jose floor, to set its profile beside Pinpoint's (client_credentials only: its /jose route).
@@ -626,12 +628,12 @@ async function startTarget(nodeOptions: readonly string[]): Promise<{ server: Se
     case 'pinpoint-memory':
       return { server: await startServer('pinpoint-memory', 'pinpoint-server.ts', pinpointEnv('memory'), { nodeOptions }) };
     case 'pinpoint-sqlite':
-      return { server: await startServer('pinpoint-sqlite', 'pinpoint-server.ts', pinpointEnv('sqlite', join(temp, 'pinpoint.db')), { nodeOptions }) };
+      return { server: await startServer('pinpoint-sqlite', 'pinpoint-server.ts', pinpointEnv('sqlite', join(temp, `${target}.db`)), { nodeOptions }) };
     // The two sides of the "baseline ... (same signing)" lines, to profile each alone under the same load.
     case 'pinpoint-same-signing':
-      return { server: await startServer('release-same-signing', 'pinpoint-server.ts', pinpointEnv('sqlite', join(temp, 'pinpoint.db')), { nodeOptions, imports: [LEGACY_SIGNING_HOOK] }) };
+      return { server: await startServer('release-same-signing', 'pinpoint-server.ts', pinpointEnv('sqlite', join(temp, `${target}.db`)), { nodeOptions, imports: [LEGACY_SIGNING_HOOK] }) };
     case 'v0.2.0':
-      return { server: await startServer('release-v0.2.0', (await prepareRelease(log)).server, pinpointEnv('sqlite', join(temp, 'pinpoint.db')), { nodeOptions }) };
+      return { server: await startServer('release-v0.2.0', (await prepareRelease(log)).server, pinpointEnv('sqlite', join(temp, `${target}.db`)), { nodeOptions }) };
     case 'pinpoint-postgres': {
       const database = await createBenchDatabase();
       try {
@@ -647,9 +649,9 @@ async function startTarget(nodeOptions: readonly string[]): Promise<{ server: Se
 }
 
 /** One server under one case at c=16, with the V8 profiler (and perf) on for the measured segments only (no seeding, no warm-up). */
-async function profileRun(caseName: CaseName | CostCaseName): Promise<void> {
+async function profileRun(caseName: CaseName | CostCaseName, target: string | undefined): Promise<ProfiledRun> {
   const nodeOptions = options.perf ? ['--perf-basic-prof-only-functions'] : [];
-  const { server, database } = await startTarget(nodeOptions);
+  const { server, database } = await startTarget(target, nodeOptions);
   try {
     const leg =
       server.name === 'floor' ? floorLeg(server)
@@ -677,17 +679,18 @@ async function profileRun(caseName: CaseName | CostCaseName): Promise<void> {
       await exited;
     }
     printReport(rows, [], undefined, undefined, pinned, log);
-    for (const line of await summariseProfile(temp)) log(line);
+    const profiled: ProfiledRun = { label: server.name, file, requestsPerSecond: rows[0]?.rate ?? Number.NaN };
+    for (const line of await summariseProfile(profiled)) log(line);
     if (perf !== undefined) {
       const report = spawnSync('perf', ['report', '-i', perfData, '--no-children', '--sort', 'dso,sym', '--stdio', '-g', 'none'], { encoding: 'utf8', maxBuffer: 64 * 1024 * 1024 });
       log('perf, self time by symbol (whole process, every thread):');
       for (const line of report.stdout.split('\n').filter((l) => l.trim() !== '' && !l.startsWith('#')).slice(0, 40)) log(`  ${line.trim()}`);
     }
+    return profiled;
   } finally {
-    if (database !== undefined) {
-      await stopAll([server]);
-      await database.drop();
-    }
+    // Stopped, so a second profiled server (--against) runs alone.
+    await stopAll([server]);
+    await database?.drop();
   }
 }
 
@@ -962,7 +965,12 @@ async function main(): Promise<number> {
   if (options.profile !== undefined) {
     const profilable: readonly string[] = [...CASES, ...COST_CASES];
     if (!profilable.includes(options.profile)) throw new Error(`--profile takes one of ${profilable.join(', ')}`);
-    await profileRun(options.profile as CaseName | CostCaseName);
+    const first = await profileRun(options.profile as CaseName | CostCaseName, options.target);
+    if (options.against !== undefined) {
+      const second = await profileRun(options.profile as CaseName | CostCaseName, options.against);
+      log('');
+      for (const line of await compareProfiles(first, second)) log(line);
+    }
     return 0;
   }
 
