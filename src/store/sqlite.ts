@@ -41,6 +41,32 @@ const primaryCode = (error: unknown): string | undefined => {
   return typeof code === 'string' ? code.split('_', 2).join('_') : undefined;
 };
 
+/** How long a process waits before trying again to put a new file in WAL mode while another process does too. */
+const WAL_SWITCH_RETRY_MS = 20;
+
+/** Something to wait on synchronously: opening the store happens in a constructor, at start. */
+const PAUSE = new Int32Array(new SharedArrayBuffer(4));
+
+/**
+ * Puts the file in WAL mode. Processes opening a new file at once (the workers of a first start) can find it locked,
+ * and SQLite then answers the switch with SQLITE_BUSY at once, without its busy timeout: so it is tried again, up to
+ * BUSY_TIMEOUT_MS.
+ */
+function switchToWal(db: Database.Database): void {
+  const deadline = Date.now() + BUSY_TIMEOUT_MS;
+  for (;;) {
+    let mode: unknown;
+    try {
+      mode = db.pragma('journal_mode = WAL', { simple: true });
+    } catch (error) {
+      if (primaryCode(error) !== 'SQLITE_BUSY' || Date.now() >= deadline) throw error;
+    }
+    if (mode === 'wal') return;
+    if (Date.now() >= deadline) throw new Error(`the database stayed in journal mode ${String(mode)}, not WAL`);
+    Atomics.wait(PAUSE, 0, 0, WAL_SWITCH_RETRY_MS);
+  }
+}
+
 /** Thrown inside a script's transaction when a guard fails, so the savepoint rolls back; never leaves the driver. */
 const GUARD_FAILED = Symbol('guard failed');
 
@@ -88,7 +114,7 @@ class SqliteDriver implements Driver {
     const db = new Database(file, { timeout: BUSY_TIMEOUT_MS });
     this.#db = db;
     try {
-      db.pragma('journal_mode = WAL');
+      switchToWal(db);
       db.pragma(`busy_timeout = ${BUSY_TIMEOUT_MS}`);
       // NORMAL in WAL loses recent commits only on an OS crash or power loss; a killed process loses nothing.
       db.pragma('synchronous = NORMAL');
