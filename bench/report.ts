@@ -369,7 +369,8 @@ const INTROSPECTION =
   'introspection: each server is asked about access tokens it issued for one resource server from refresh-token ' +
   'exchanges (so each names a live grant), by the confidential client that holds them (HTTP Basic): Pinpoint at ' +
   '/introspect about its JWT access tokens (jose verification, remembered per token while its key is published and it ' +
-  'is unexpired, plus one lookup of the grant on every call), oidc-provider at /token/introspection about its opaque ' +
+  'is unexpired, and the grant looked up, which the SQLite store remembers until a commit could change it: ' +
+  'store/remembered-holdings.ts), oidc-provider at /token/introspection about its opaque ' +
   'access tokens (it finds only those: a JWT access token is stored under its jti, not its value), each token from a pool ' +
   'of 2,000 introspected over and over, as a resource server introspects the token of each call it receives.';
 
