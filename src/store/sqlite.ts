@@ -55,14 +55,16 @@ const PAUSE = new Int32Array(new SharedArrayBuffer(4));
 function switchToWal(db: Database.Database): void {
   const deadline = Date.now() + BUSY_TIMEOUT_MS;
   for (;;) {
-    let mode: unknown;
+    let failure: unknown;
     try {
-      mode = db.pragma('journal_mode = WAL', { simple: true });
+      const mode: unknown = db.pragma('journal_mode = WAL', { simple: true });
+      if (mode === 'wal') return;
+      failure = new Error(`the database stayed in journal mode ${String(mode)}, not WAL`);
     } catch (error) {
-      if (primaryCode(error) !== 'SQLITE_BUSY' || Date.now() >= deadline) throw error;
+      if (primaryCode(error) !== 'SQLITE_BUSY') throw error;
+      failure = error;
     }
-    if (mode === 'wal') return;
-    if (Date.now() >= deadline) throw new Error(`the database stayed in journal mode ${String(mode)}, not WAL`);
+    if (Date.now() >= deadline) throw failure;
     Atomics.wait(PAUSE, 0, 0, WAL_SWITCH_RETRY_MS);
   }
 }
