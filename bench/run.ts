@@ -9,7 +9,7 @@
  *   npm run bench -- --profile CASE   Pinpoint (SQLite) under CASE at c=16 with the V8 profiler, then the hottest functions
  *                                     (--target oidc-provider|floor|pinpoint-memory|pinpoint-postgres|pinpoint-same-signing|v0.2.0 to profile another; --perf adds Linux perf,
  *                                     native code, kernel and every thread included; --against TARGET then profiles a second
-                                     server the same way and prints both side by side, in µs per request)
+ *                                     server the same way and prints both side by side, in µs per request)
  *   npm run bench -- --keep           keep the temp folder (databases, access logs, pools, profiles)
  *   npm run bench -- --only A,B       only these cases (names as in the table, `scale`, `postgres`, `v0.2.0`, `workers`, `storm` or
  *                                     `write-lock`: how long a refresh holds SQLite's write lock, bench/write-lock.ts); no RESULTS.md
@@ -619,6 +619,8 @@ function postgresLeg(caseName: CaseName | CostCaseName, server: Server, pool: st
 
 /** The server `--target` names; pinpoint-postgres runs on a database of this run's own. */
 async function startTarget(target: string | undefined, nodeOptions: readonly string[]): Promise<{ server: Server; database?: BenchDatabase }> {
+  // A file per target: with --against, the second server (v0.2.0 among them) must not open the first one's.
+  const sqliteFile = join(temp, `${target}.db`);
   switch (target) {
     case 'oidc-provider':
       return { server: await startServer('oidc-provider', 'oidc-server.ts', {}, { nodeOptions }) };
@@ -628,12 +630,12 @@ async function startTarget(target: string | undefined, nodeOptions: readonly str
     case 'pinpoint-memory':
       return { server: await startServer('pinpoint-memory', 'pinpoint-server.ts', pinpointEnv('memory'), { nodeOptions }) };
     case 'pinpoint-sqlite':
-      return { server: await startServer('pinpoint-sqlite', 'pinpoint-server.ts', pinpointEnv('sqlite', join(temp, `${target}.db`)), { nodeOptions }) };
+      return { server: await startServer('pinpoint-sqlite', 'pinpoint-server.ts', pinpointEnv('sqlite', sqliteFile), { nodeOptions }) };
     // The two sides of the "baseline ... (same signing)" lines, to profile each alone under the same load.
     case 'pinpoint-same-signing':
-      return { server: await startServer('release-same-signing', 'pinpoint-server.ts', pinpointEnv('sqlite', join(temp, `${target}.db`)), { nodeOptions, imports: [LEGACY_SIGNING_HOOK] }) };
+      return { server: await startServer('release-same-signing', 'pinpoint-server.ts', pinpointEnv('sqlite', sqliteFile), { nodeOptions, imports: [LEGACY_SIGNING_HOOK] }) };
     case 'v0.2.0':
-      return { server: await startServer('release-v0.2.0', (await prepareRelease(log)).server, pinpointEnv('sqlite', join(temp, `${target}.db`)), { nodeOptions }) };
+      return { server: await startServer('release-v0.2.0', (await prepareRelease(log)).server, pinpointEnv('sqlite', sqliteFile), { nodeOptions }) };
     case 'pinpoint-postgres': {
       const database = await createBenchDatabase();
       try {
