@@ -125,6 +125,16 @@ describe('the redirect origin of a consent (policy)', () => {
     const wider = widenConsent(given, { ...asked('https://evil.example'), scope: ['openid'] }, 2);
     assert.deepEqual(wider.scope, ['openid'], 'another origin\'s consent is not merged into this one');
   });
+
+  test('prompt=consent: a request made now counts no consent, even one of the same millisecond; on resume, one given since it was made counts', () => {
+    const origin = 'http://127.0.0.1';
+    const given = widenConsent(undefined, { scope: ['mcp'], resources: [], redirectOrigin: origin, promptConsent: false }, 1000);
+    const prompted = { scope: ['mcp'], resources: [], redirectOrigin: origin, promptConsent: true };
+    assert.equal(consentCovers(given, prompted), false, 'asked now: the remembered consent came before the request');
+    assert.equal(consentCovers(given, { ...prompted, askedAt: 1000 }), true, 'resumed: given at the moment the request was made, or after');
+    assert.equal(consentCovers(given, { ...prompted, askedAt: 1001 }), false, 'resumed: given before the request');
+    assert.equal(consentCovers(given, { ...prompted, promptConsent: false }), true, 'without prompt=consent, remembered consent counts');
+  });
 });
 
 for (const kind of STORE_KINDS) {

@@ -66,8 +66,8 @@ function sessionSatisfies(authorization: PendingAuthorization, session: SessionR
 }
 
 /** DESIGN.md §8: only a dynamic client needs the person's consent, remembered until a request asks more. */
-async function asksConsent(deps: AuthorizeRouteDeps, client: ClientRecord, authorization: PendingAuthorization, session: SessionRecord, askedAt: number): Promise<boolean> {
-  return client.dynamic !== undefined && (await consentDue(deps.store, { subject: session.subject, clientId: client.clientId, authorization, askedAt }));
+async function asksConsent(deps: AuthorizeRouteDeps, client: ClientRecord, authorization: PendingAuthorization, session: SessionRecord, askedAt?: number): Promise<boolean> {
+  return client.dynamic !== undefined && (await consentDue(deps.store, { subject: session.subject, clientId: client.clientId, authorization, ...(askedAt !== undefined && { askedAt }) }));
 }
 
 const loginStart = (deps: AuthorizeRouteDeps): LoginStart => ({ store: deps.store, cookies: deps.cookies, now: deps.now(), signInPage: deps.signInPage });
@@ -150,7 +150,8 @@ async function signInOrFinish(deps: AuthorizeRouteDeps, request: FastifyRequest,
     return startLogin(loginStart(deps), request, reply, { kind: 'authorize', authorization });
   }
   if (client === undefined) return sendErrorPage(reply, expiredSignIn());
-  if (await asksConsent(deps, client, authorization, session, deps.now())) {
+  // Asked now (no askedAt), as sessionSatisfies is: with prompt=consent no consent given before counts.
+  if (await asksConsent(deps, client, authorization, session)) {
     if (authorization.prompt === 'none') {
       return promptNoneRefused(deps, request, reply, authorization, new OAuthError('consent_required', 'the person has not allowed this client yet'));
     }

@@ -20,9 +20,12 @@ export interface AskedAccess {
   readonly resources: readonly string[];
   /** redirectOriginOf the request's redirect URI: the code goes there. */
   readonly redirectOrigin: string;
-  /** prompt=consent: the page is shown even when consent is remembered, so only a consent given after `askedAt` counts. */
+  /**
+   * prompt=consent: the page is shown even when consent is remembered, so only a consent given after `askedAt` counts;
+   * with no `askedAt` the request is being made now, and none does (a consent of the same millisecond came before it).
+   */
   readonly promptConsent: boolean;
-  readonly askedAt: number;
+  readonly askedAt?: number;
 }
 
 /**
@@ -40,7 +43,7 @@ export function consentCovers(allowed: AllowedAccess | undefined, asked: AskedAc
   if (allowed === undefined) return false;
   // A consent was given for where that code went: one for another origin (or none, before origins were kept) does not count.
   if (allowed.redirectOrigin !== asked.redirectOrigin) return false;
-  if (asked.promptConsent && allowed.grantedAt < asked.askedAt) return false;
+  if (asked.promptConsent && (asked.askedAt === undefined || allowed.grantedAt < asked.askedAt)) return false;
   if (!asked.scope.every((value) => allowed.scope.includes(value))) return false;
   if (allowed.wholeAudience) return true;
   return asked.resources.length > 0 && asked.resources.every((resource) => allowed.resources.includes(resource));

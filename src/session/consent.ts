@@ -10,8 +10,8 @@ export interface ConsentQuestion {
   readonly subject: string;
   readonly clientId: string;
   readonly authorization: PendingAuthorization;
-  /** When the request was made: with prompt=consent only a consent given after it counts. */
-  readonly askedAt: number;
+  /** When the request was made: with prompt=consent only a consent given after it counts; absent, the request is made now. */
+  readonly askedAt?: number;
 }
 
 /** True when the person must be asked: nothing remembered for this redirect origin covers the request (only dynamic clients ask; the caller knows which). */
@@ -19,7 +19,7 @@ export async function consentDue(consents: ConsentStore, question: ConsentQuesti
   const { subject, clientId, authorization, askedAt } = question;
   const redirectOrigin = redirectOriginOf(authorization.redirectUri);
   const allowed = await consents.findConsent(subject, clientId, redirectOrigin);
-  const asked = { scope: authorization.scope, resources: authorization.resources, redirectOrigin, promptConsent: authorization.prompt === 'consent', askedAt };
+  const asked = { scope: authorization.scope, resources: authorization.resources, redirectOrigin, promptConsent: authorization.prompt === 'consent', ...(askedAt !== undefined && { askedAt }) };
   return !consentCovers(allowed, asked);
 }
 
