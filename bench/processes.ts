@@ -141,6 +141,53 @@ export function cpuSeconds(pid: number): number {
   }
 }
 
+/** One thread's name and its CPU seconds so far, user and system apart. */
+export interface ThreadCpu {
+  readonly name: string;
+  readonly user: number;
+  readonly system: number;
+}
+
+/** Every thread of process `pid` by thread id: its name (/proc comm) and CPU seconds, user and system apart. */
+export function threadCpu(pid: number): Map<number, ThreadCpu> {
+  const threads = new Map<number, ThreadCpu>();
+  let entries: string[];
+  try {
+    entries = readdirSync(`/proc/${pid}/task`);
+  } catch {
+    return threads;
+  }
+  for (const tid of entries) {
+    try {
+      const stat = readFileSync(`/proc/${pid}/task/${tid}/stat`, 'utf8');
+      // Node names none of its threads: the event loop's is told by its id (the process's), the rest by what Linux shows.
+      const name = Number(tid) === pid ? 'main thread (event loop)' : stat.slice(stat.indexOf('(') + 1, stat.lastIndexOf(')'));
+      const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+      threads.set(Number(tid), { name, user: Number(fields[11]) / CLOCK_TICKS, system: Number(fields[12]) / CLOCK_TICKS });
+    } catch {
+      // ended meanwhile
+    }
+  }
+  return threads;
+}
+
+/**
+ * CPU used between two `threadCpu` readings, summed per thread name (libuv's pool threads share one, V8's too), user
+ * and system apart; a thread that began meanwhile counts from zero. Largest first.
+ */
+export function threadCpuUsed(before: ReadonlyMap<number, ThreadCpu>, after: ReadonlyMap<number, ThreadCpu>): { name: string; threads: number; user: number; system: number }[] {
+  const byName = new Map<string, { name: string; threads: number; user: number; system: number }>();
+  for (const [tid, now] of after) {
+    const then = before.get(tid);
+    const entry = byName.get(now.name) ?? { name: now.name, threads: 0, user: 0, system: 0 };
+    entry.threads += 1;
+    entry.user += now.user - (then?.user ?? 0);
+    entry.system += now.system - (then?.system ?? 0);
+    byName.set(now.name, entry);
+  }
+  return [...byName.values()].sort((a, b) => b.user + b.system - (a.user + a.system));
+}
+
 /** Resident set size now and its peak, in bytes. */
 export function residentMemory(pid: number): { rss: number; peak: number } {
   try {

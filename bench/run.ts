@@ -9,7 +9,8 @@
  *   npm run bench -- --profile CASE   Pinpoint (SQLite) under CASE at c=16 with the V8 profiler, then the hottest functions
  *                                     (--target oidc-provider|floor|pinpoint-memory|pinpoint-postgres|pinpoint-same-signing|v0.2.0 to profile another; --perf adds Linux perf,
  *                                     native code, kernel and every thread included; --against TARGET then profiles a second
- *                                     server the same way and prints both side by side, in µs per request)
+ *                                     server the same way and prints both side by side, in µs per request; each run also
+ *                                     prints every thread's CPU per request from /proc, kernel time apart)
  *   npm run bench -- --keep           keep the temp folder (databases, access logs, pools, profiles)
  *   npm run bench -- --only A,B       only these cases (names as in the table, `scale`, `postgres`, `v0.2.0`, `workers`, `storm` or
  *                                     `write-lock`: how long a refresh holds SQLite's write lock, bench/write-lock.ts); no RESULTS.md
@@ -72,9 +73,12 @@ import {
   residentMemory,
   runScript,
   SERVER_CORE,
+  threadCpu,
+  threadCpuUsed,
   treeResidentMemory,
   type Cores,
   type ServerProcess,
+  type ThreadCpu,
 } from './processes.js';
 import { prepareRelease, RELEASE, type PreparedRelease } from './release.js';
 import type { StormMeasurement } from './storm.js';
@@ -665,11 +669,17 @@ async function profileRun(caseName: CaseName | CostCaseName, target: string | un
     const file = join(temp, `${server.name}-${caseName}.cpuprofile`);
     const perfData = join(temp, 'perf.data');
     let perf: ChildProcess | undefined;
+    let threadsBefore = new Map<number, ThreadCpu>();
+    let measuredFrom = 0;
     const rows = await runCase(caseName, 16, [participant], async () => {
       if (options.perf) perf = spawn('perf', ['record', '-F', '999', '-g', '-p', String(server.peer.pid), '-o', perfData], { stdio: 'ignore' });
       if (server.name !== 'oidc-provider' && server.name !== 'floor') await server.peer.call('loopDelay');
       await server.peer.call('profileStart');
+      threadsBefore = threadCpu(server.peer.pid);
+      measuredFrom = performance.now();
     });
+    const threadsUsed = threadCpuUsed(threadsBefore, threadCpu(server.peer.pid));
+    const measuredSeconds = (performance.now() - measuredFrom) / 1000;
     await server.peer.call('profileStop', { file });
     if (server.name !== 'oidc-provider' && server.name !== 'floor') {
       const delay = await server.peer.call<{ p50: number; p99: number; max: number }>('loopDelay');
@@ -683,6 +693,15 @@ async function profileRun(caseName: CaseName | CostCaseName, target: string | un
     printReport(rows, [], undefined, undefined, pinned, log);
     const profiled: ProfiledRun = { label: server.name, file, requestsPerSecond: rows[0]?.rate ?? Number.NaN };
     for (const line of await summariseProfile(profiled)) log(line);
+    // The V8 profile sees the main thread only; this is every thread's CPU, kernel time apart, per request.
+    const requests = profiled.requestsPerSecond * measuredSeconds;
+    const perRequest = (seconds: number): string => ((seconds * 1e6) / requests).toFixed(1).padStart(7);
+    log(`CPU per request by thread (/proc, user + system, ${requests.toFixed(0)} requests in ${measuredSeconds.toFixed(1)} s):`);
+    for (const used of threadsUsed.filter((entry) => entry.user + entry.system > 0)) {
+      log(`  ${perRequest(used.user + used.system)} µs = ${perRequest(used.user)} user + ${perRequest(used.system)} system  ${used.name} (${used.threads} thread${used.threads === 1 ? '' : 's'})`);
+    }
+    const total = threadsUsed.reduce((sum, used) => sum + used.user + used.system, 0);
+    log(`  ${perRequest(total)} µs in all`);
     if (perf !== undefined) {
       const report = spawnSync('perf', ['report', '-i', perfData, '--no-children', '--sort', 'dso,sym', '--stdio', '-g', 'none'], { encoding: 'utf8', maxBuffer: 64 * 1024 * 1024 });
       log('perf, self time by symbol (whole process, every thread):');
