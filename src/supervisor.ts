@@ -142,7 +142,8 @@ class Supervisor {
   #reloading = false;
   #reloadAgain = false;
   #pidWritten = false;
-  readonly #metricsSource: MetricsText;
+  /** Made when a metrics listener first opens: the process figures sample the event loop about 100 times a second. */
+  #metricsSource: MetricsText | undefined;
   #metricsServer: MetricsListener | undefined;
   #finish: (code: number) => void = () => undefined;
   /** Rejects when a worker that was already serving dies before the first start completes. */
@@ -154,7 +155,6 @@ class Supervisor {
     this.#options = options;
     this.#logger = createLogger(prepared.config.logLevel);
     this.#announcer = announcerOf(this.#logger, prepared.config);
-    this.#metricsSource = clusterMetrics(processRegistry('primary'), () => [...this.#members].filter((member) => member.ready).map((member) => member.worker));
   }
 
   async run(): Promise<number> {
@@ -479,6 +479,7 @@ class Supervisor {
   }
 
   async #openMetrics(listen: { readonly host: string; readonly port: number }): Promise<MetricsListener> {
+    this.#metricsSource ??= clusterMetrics(processRegistry('primary'), () => [...this.#members].filter((member) => member.ready).map((member) => member.worker));
     return { listen: formatListen(listen), server: await serveMetrics({ registry: this.#metricsSource }, listen) };
   }
 }

@@ -49,7 +49,8 @@ function stop(reason: string): void {
 async function begin(start: StartMessage): Promise<void> {
   const config = deepFreeze(start.config);
   logger = createLogger(config.logLevel);
-  const metrics = createMetrics({ processMetrics: true, worker: String(start.slot) });
+  // Process figures only where something reads them: their event-loop monitor wakes the process about 100 times a second.
+  const metrics = createMetrics({ processMetrics: config.metrics !== undefined, worker: String(start.slot) });
   answerMetricsRequests(metrics.registry);
   const https = start.https === undefined ? undefined : { cert: Buffer.from(start.https.cert), key: Buffer.from(start.https.key) };
   try {

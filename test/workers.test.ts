@@ -498,6 +498,38 @@ describe('serve with 2 workers on PostgreSQL (serve --workers 2)', { skip: POSTG
   }, 'flag');
 });
 
+describe('metrics added by a reload', () => {
+  let deployment: Deployment | undefined;
+  after(async () => {
+    await killAll();
+    await removeDeployment(deployment);
+  });
+
+  test('a metrics block added by SIGHUP opens /metrics, which sums the new workers and has the process figures of each process', async () => {
+    deployment = await createDeployment({ state: { path: 'data/pinpoint.db' } });
+    const baseText = `${await readFile(deployment.configFile, 'utf8')}workers = 2\ntrusted_proxies = ["127.0.0.1"]\n`;
+    await writeFile(deployment.configFile, baseText);
+    const server = await startPinpoint(deployment);
+    await twoWorkers(server);
+    const metricsPort = await freePort();
+    await assert.rejects(fresh(`http://127.0.0.1:${metricsPort}`, '/metrics'), /ECONNREFUSED/, 'no metrics listener without a metrics block');
+
+    await writeFile(deployment.configFile, `${baseText}metrics {\n  listen = "127.0.0.1:${metricsPort}"\n}\n`);
+    process.kill(server.child.pid as number, 'SIGHUP');
+    await eventually('the reload', () => server.logs.some((record) => String(record.msg).startsWith('configuration reloaded')), 1200);
+    const path = '/.well-known/oauth-authorization-server';
+    const answers = await sequence(6, () => fresh(server.baseUrl, path));
+    assert.ok(answers.every((answer) => answer.status === 200));
+    const text = await eventually('the summed count', async () => {
+      const scraped = await fresh(`http://127.0.0.1:${metricsPort}`, '/metrics');
+      return metricValue(scraped.body, 'pinpoint_http_requests_total', `route="${path}"`) === 6 ? scraped.body : undefined;
+    });
+    for (const worker of ['0', '1', 'primary']) {
+      assert.ok(metricValue(text, 'process_resident_memory_bytes', `worker="${worker}"`) !== undefined, `memory of worker ${worker}:\n${text}`);
+    }
+  });
+});
+
 describe('workers and the state they need', () => {
   let deployment: Deployment | undefined;
   after(async () => removeDeployment(deployment));
