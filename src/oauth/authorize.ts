@@ -67,7 +67,7 @@ function sessionSatisfies(authorization: PendingAuthorization, session: SessionR
 
 /** DESIGN.md §8: only a dynamic client needs the person's consent, remembered until a request asks more. */
 async function asksConsent(deps: AuthorizeRouteDeps, client: ClientRecord, authorization: PendingAuthorization, session: SessionRecord, askedAt?: number): Promise<boolean> {
-  return client.dynamic !== undefined && (await consentDue(deps.store, { subject: session.subject, clientId: client.clientId, authorization, ...(askedAt !== undefined && { askedAt }) }));
+  return client.dynamic !== undefined && (await consentDue(deps.store, { subject: session.subject, clientId: client.clientId, authorization, askedAt }));
 }
 
 const loginStart = (deps: AuthorizeRouteDeps): LoginStart => ({ store: deps.store, cookies: deps.cookies, now: deps.now(), signInPage: deps.signInPage });

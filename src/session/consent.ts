@@ -19,7 +19,7 @@ export async function consentDue(consents: ConsentStore, question: ConsentQuesti
   const { subject, clientId, authorization, askedAt } = question;
   const redirectOrigin = redirectOriginOf(authorization.redirectUri);
   const allowed = await consents.findConsent(subject, clientId, redirectOrigin);
-  const asked = { scope: authorization.scope, resources: authorization.resources, redirectOrigin, promptConsent: authorization.prompt === 'consent', ...(askedAt !== undefined && { askedAt }) };
+  const asked = { scope: authorization.scope, resources: authorization.resources, redirectOrigin, promptConsent: authorization.prompt === 'consent', askedAt };
   return !consentCovers(allowed, asked);
 }
 
