@@ -129,12 +129,17 @@ export class Peer<Ready extends object = { ready: true }> implements ServerProce
   }
 }
 
+/**
+ * The fields of a /proc stat line after the parenthesised command name (which may hold spaces): state first, then
+ * the parent pid; utime and stime are [11] and [12].
+ */
+const statFields = (stat: string): string[] => stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+
 /** CPU seconds (user + system, all threads) the process has used so far. */
 export function cpuSeconds(pid: number): number {
   try {
     const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    // Fields after the parenthesised command name; utime and stime are the 14th and 15th fields.
-    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    const fields = statFields(stat);
     return (Number(fields[11]) + Number(fields[12])) / CLOCK_TICKS;
   } catch {
     return Number.NaN;
@@ -162,7 +167,7 @@ export function threadCpu(pid: number): Map<number, ThreadCpu> {
       const stat = readFileSync(`/proc/${pid}/task/${tid}/stat`, 'utf8');
       // Node names none of its threads: the event loop's is told by its id (the process's), the rest by what Linux shows.
       const name = Number(tid) === pid ? 'main thread (event loop)' : stat.slice(stat.indexOf('(') + 1, stat.lastIndexOf(')'));
-      const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+      const fields = statFields(stat);
       threads.set(Number(tid), { name, user: Number(fields[11]) / CLOCK_TICKS, system: Number(fields[12]) / CLOCK_TICKS });
     } catch {
       // ended meanwhile
@@ -171,12 +176,20 @@ export function threadCpu(pid: number): Map<number, ThreadCpu> {
   return threads;
 }
 
+/** CPU seconds used meanwhile by the threads of one name, user and system apart. */
+export interface ThreadsCpuUsed {
+  readonly name: string;
+  threads: number;
+  user: number;
+  system: number;
+}
+
 /**
  * CPU used between two `threadCpu` readings, summed per thread name (libuv's pool threads share one, V8's too), user
  * and system apart; a thread that began meanwhile counts from zero. Largest first.
  */
-export function threadCpuUsed(before: ReadonlyMap<number, ThreadCpu>, after: ReadonlyMap<number, ThreadCpu>): { name: string; threads: number; user: number; system: number }[] {
-  const byName = new Map<string, { name: string; threads: number; user: number; system: number }>();
+export function threadCpuUsed(before: ReadonlyMap<number, ThreadCpu>, after: ReadonlyMap<number, ThreadCpu>): ThreadsCpuUsed[] {
+  const byName = new Map<string, ThreadsCpuUsed>();
   for (const [tid, now] of after) {
     const then = before.get(tid);
     const entry = byName.get(now.name) ?? { name: now.name, threads: 0, user: 0, system: 0 };
@@ -220,8 +233,7 @@ export function processTree(root: number): number[] {
     } catch {
       continue; // ended meanwhile
     }
-    // The parent pid is the second field after the parenthesised command name.
-    const parent = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+    const parent = Number(statFields(stat)[1]);
     children.set(parent, [...(children.get(parent) ?? []), Number(entry)]);
   }
   const tree = [root];

@@ -1,5 +1,6 @@
 /** Reads a V8 .cpuprofile (node --cpu-prof) and says where the time went: by package or source file, and by function. */
 import { readFile } from 'node:fs/promises';
+import type { ThreadsCpuUsed } from './processes.js';
 
 interface ProfileNode {
   readonly id: number;
@@ -127,5 +128,18 @@ export async function compareProfiles(a: ProfiledRun, b: ProfiledRun, top = 25):
     'self time by function, largest differences first:',
     heading,
     ...table(timesA.selfByFunction, timesB.selfByFunction),
+  ];
+}
+
+/** Every thread's CPU per request over `requests` answered in `seconds`, kernel time apart: the V8 profile sees the main thread only. */
+export function threadCpuLines(used: readonly ThreadsCpuUsed[], requests: number, seconds: number): string[] {
+  const perRequestOf = (cpuSeconds: number): string => ((cpuSeconds * 1e6) / requests).toFixed(1).padStart(7);
+  const total = used.reduce((sum, entry) => sum + entry.user + entry.system, 0);
+  return [
+    `CPU per request by thread (/proc, user + system, ${requests.toFixed(0)} requests in ${seconds.toFixed(1)} s):`,
+    ...used
+      .filter((entry) => entry.user + entry.system > 0)
+      .map((entry) => `  ${perRequestOf(entry.user + entry.system)} µs = ${perRequestOf(entry.user)} user + ${perRequestOf(entry.system)} system  ${entry.name} (${entry.threads} thread${entry.threads === 1 ? '' : 's'})`),
+    `  ${perRequestOf(total)} µs in all`,
   ];
 }

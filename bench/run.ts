@@ -82,7 +82,7 @@ import {
 } from './processes.js';
 import { prepareRelease, RELEASE, type PreparedRelease } from './release.js';
 import type { StormMeasurement } from './storm.js';
-import { compareProfiles, summariseProfile, type ProfiledRun } from './profile.js';
+import { compareProfiles, summariseProfile, threadCpuLines, type ProfiledRun } from './profile.js';
 import {
   baselineLines,
   CASES,
@@ -693,15 +693,7 @@ async function profileRun(caseName: CaseName | CostCaseName, target: string | un
     printReport(rows, [], undefined, undefined, pinned, log);
     const profiled: ProfiledRun = { label: server.name, file, requestsPerSecond: rows[0]?.rate ?? Number.NaN };
     for (const line of await summariseProfile(profiled)) log(line);
-    // The V8 profile sees the main thread only; this is every thread's CPU, kernel time apart, per request.
-    const requests = profiled.requestsPerSecond * measuredSeconds;
-    const perRequest = (seconds: number): string => ((seconds * 1e6) / requests).toFixed(1).padStart(7);
-    log(`CPU per request by thread (/proc, user + system, ${requests.toFixed(0)} requests in ${measuredSeconds.toFixed(1)} s):`);
-    for (const used of threadsUsed.filter((entry) => entry.user + entry.system > 0)) {
-      log(`  ${perRequest(used.user + used.system)} µs = ${perRequest(used.user)} user + ${perRequest(used.system)} system  ${used.name} (${used.threads} thread${used.threads === 1 ? '' : 's'})`);
-    }
-    const total = threadsUsed.reduce((sum, used) => sum + used.user + used.system, 0);
-    log(`  ${perRequest(total)} µs in all`);
+    for (const line of threadCpuLines(threadsUsed, profiled.requestsPerSecond * measuredSeconds, measuredSeconds)) log(line);
     if (perf !== undefined) {
       const report = spawnSync('perf', ['report', '-i', perfData, '--no-children', '--sort', 'dso,sym', '--stdio', '-g', 'none'], { encoding: 'utf8', maxBuffer: 64 * 1024 * 1024 });
       log('perf, self time by symbol (whole process, every thread):');
