@@ -186,6 +186,24 @@ function metricValue(text: string, name: string, labels: string): number | undef
   return line === undefined ? undefined : Number(line.slice(line.lastIndexOf(' ') + 1));
 }
 
+/**
+ * Sends `count` metadata requests (each its own connection, so both workers answer), then asserts that /metrics on
+ * `metricsPort` sums them over the workers and has the process figures of workers 0 and 1 and of the primary.
+ */
+async function requestsSummedAtMetrics(server: PinpointProcess, metricsPort: number, count: number): Promise<Answer[]> {
+  const path = '/.well-known/oauth-authorization-server';
+  const answers = await sequence(count, () => fresh(server.baseUrl, path));
+  assert.ok(answers.every((answer) => answer.status === 200));
+  const text = await eventually('the summed count', async () => {
+    const scraped = await fresh(`http://127.0.0.1:${metricsPort}`, '/metrics');
+    return metricValue(scraped.body, 'pinpoint_http_requests_total', `route="${path}"`) === count ? scraped.body : undefined;
+  });
+  for (const worker of ['0', '1', 'primary']) {
+    assert.ok(metricValue(text, 'process_resident_memory_bytes', `worker="${worker}"`) !== undefined, `memory of worker ${worker}:\n${text}`);
+  }
+  return answers;
+}
+
 /** A client_credentials request for `clientId` with a wrong secret, from `address`: one failure of that client there. */
 const wrongSecret = (baseUrl: string, clientId: string, address: string): Promise<Answer> =>
   fresh(baseUrl, '/token', { pairs: [['grant_type', 'client_credentials']], auth: basic(clientId, 'wrong'), address });
@@ -289,17 +307,8 @@ function workersSuite(state: () => Promise<StateSpec>, how: 'config' | 'flag'): 
   });
 
   test('/metrics on metrics.listen is the sum over the workers; process figures keep a worker label', async () => {
-    const path = '/.well-known/oauth-authorization-server';
-    const answers = await sequence(10, () => fresh(server.baseUrl, path));
-    assert.ok(answers.every((answer) => answer.status === 200));
+    const answers = await requestsSummedAtMetrics(server, metricsPort, 10);
     assert.equal(new Set(await Promise.all(answers.map((answer) => pidOf(server, answer.requestId)))).size, 2);
-    const text = await eventually('the summed count', async () => {
-      const scraped = await fresh(`http://127.0.0.1:${metricsPort}`, '/metrics');
-      return metricValue(scraped.body, 'pinpoint_http_requests_total', `route="${path}"`) === 10 ? scraped.body : undefined;
-    });
-    for (const worker of ['0', '1', 'primary']) {
-      assert.ok(metricValue(text, 'process_resident_memory_bytes', `worker="${worker}"`) !== undefined, `memory of worker ${worker}:\n${text}`);
-    }
     assert.equal((await fresh(server.baseUrl, '/metrics')).status, 404, 'never on the main listener');
   });
 
@@ -517,16 +526,7 @@ describe('metrics added by a reload', () => {
     await writeFile(deployment.configFile, `${baseText}metrics {\n  listen = "127.0.0.1:${metricsPort}"\n}\n`);
     process.kill(server.child.pid as number, 'SIGHUP');
     await eventually('the reload', () => server.logs.some((record) => String(record.msg).startsWith('configuration reloaded')), 1200);
-    const path = '/.well-known/oauth-authorization-server';
-    const answers = await sequence(6, () => fresh(server.baseUrl, path));
-    assert.ok(answers.every((answer) => answer.status === 200));
-    const text = await eventually('the summed count', async () => {
-      const scraped = await fresh(`http://127.0.0.1:${metricsPort}`, '/metrics');
-      return metricValue(scraped.body, 'pinpoint_http_requests_total', `route="${path}"`) === 6 ? scraped.body : undefined;
-    });
-    for (const worker of ['0', '1', 'primary']) {
-      assert.ok(metricValue(text, 'process_resident_memory_bytes', `worker="${worker}"`) !== undefined, `memory of worker ${worker}:\n${text}`);
-    }
+    await requestsSummedAtMetrics(server, metricsPort, 6);
   });
 });
 
