@@ -28,6 +28,7 @@ import type {
   FederationStateRecord,
   Grant,
   GrantFilter,
+  KeyEvent,
   LoginRequestRecord,
   RefreshTokenRecord,
   RegisteredClientRecord,
@@ -383,6 +384,7 @@ const makeKeys = (now: number): StoredKey[] => [
 ];
 
 const byKid = (keys: readonly StoredKey[]): StoredKey[] => [...keys].sort((a, b) => a.kid.localeCompare(b.kid));
+const byEvent = (events: readonly KeyEvent[]): KeyEvent[] => [...events].sort((a, b) => `${a.kid} ${a.event}`.localeCompare(`${b.kid} ${b.event}`));
 
 interface Backend {
   /** A store with empty state (its own file, schema or Maps), and for SQL stores a way to read its rows from outside. */
@@ -779,6 +781,25 @@ function storeSuite(name: string, backend: () => Backend): void {
       );
       assert.ok(listed.filter((key) => key.kid !== retiredKid).every((key) => !('retiredAt' in key)), 'only that key is retired');
       assert.deepEqual(await store.loadOrCreateKeys(makeKeys(now + 5000)), listed, 'loadOrCreateKeys returns retired keys too');
+    });
+
+    it('records each key event once: the first call is the baseline, later calls answer only what no call recorded', async () => {
+      const store = await open();
+      const now = Date.now();
+      const started: KeyEvent[] = [
+        { kid: 'k1', event: 'published' },
+        { kid: 'k1', event: 'signing' },
+      ];
+      assert.deepEqual(await store.recordKeyEvents(started, now), [], 'the keys a server starts with are no change');
+      assert.deepEqual(await store.recordKeyEvents(started, now + 1), [], 'recorded already');
+
+      const rotation: KeyEvent[] = [...started, { kid: 'k2', event: 'published' }];
+      const calls = await Promise.all(Array.from({ length: 6 }, () => store.recordKeyEvents(rotation, now + 2)));
+      assert.deepEqual(calls.flat(), [{ kid: 'k2', event: 'published' }], 'one of the concurrent calls answers the new event, once');
+
+      const later: KeyEvent[] = [...rotation, { kid: 'k2', event: 'signing' }, { kid: 'k1', event: 'unpublished' }];
+      assert.deepEqual(byEvent(await store.recordKeyEvents(later, now + 3)), byEvent([{ kid: 'k2', event: 'signing' }, { kid: 'k1', event: 'unpublished' }]));
+      assert.deepEqual(await store.recordKeyEvents([], now + 4), []);
     });
 
     it('finds a live grant by id; not once revoked or expired', async () => {

@@ -312,15 +312,19 @@ function workersSuite(state: () => Promise<StateSpec>, how: 'config' | 'flag'): 
     assert.equal((await fresh(server.baseUrl, '/metrics')).status, 404, 'never on the main listener');
   });
 
-  test('keys rotate: both workers publish the new keys, and exactly one key_rotation audit line is written (the housekeeper\'s)', async () => {
-    const workers = await twoWorkers(server);
-    const audited = (): Record<string, unknown>[] => server.logs.filter((record) => record.audit === true && record.event === 'key_rotation');
-    const auditedBefore = audited().length;
+  const keyRotationLines = (): Record<string, unknown>[] => server.logs.filter((record) => record.audit === true && record.event === 'key_rotation');
+
+  /** `pinpoint keys rotate` against the running server's store: the new kids. */
+  const rotateKeys = async (): Promise<string[]> => {
     const rotated = await cli(['keys', 'rotate', '--config', deployment?.configFile as string]);
     assert.equal(rotated.code, 0, rotated.stderr);
     const kids = [...rotated.stdout.matchAll(/^(\S+) +(?:ES256|RS256) +new$/gm)].map((match) => match[1] as string);
     assert.equal(kids.length, 2, rotated.stdout);
-    // Each worker re-reads the keys every 10 s: 150 tries of about 100 ms cover it.
+    return kids;
+  };
+
+  /** Waits until both workers publish `kids` (each re-reads the keys every 10 s: 150 tries of about 100 ms cover it); their pids. */
+  const bothPublishing = async (kids: readonly string[]): Promise<number[]> => {
     const publishing = new Set<number>();
     await eventually(
       'both workers publishing the new keys',
@@ -331,10 +335,17 @@ function workersSuite(state: () => Promise<StateSpec>, how: 'config' | 'flag'): 
       },
       150,
     );
-    assert.deepEqual([...publishing].sort((a, b) => a - b), workers);
+    return [...publishing].sort((a, b) => a - b);
+  };
+
+  test('keys rotate: both workers publish the new keys, and exactly one key_rotation audit line is written (the housekeeper\'s)', async () => {
+    const workers = await twoWorkers(server);
+    const auditedBefore = keyRotationLines().length;
+    const kids = await rotateKeys();
+    assert.deepEqual(await bothPublishing(kids), workers);
     // A second worker's line would be written within 200 ms of its reload (the log's flush).
     await sleep(1000);
-    const lines = audited().slice(auditedBefore);
+    const lines = keyRotationLines().slice(auditedBefore);
     assert.equal(lines.length, 1, `key_rotation lines: ${JSON.stringify(lines)}`);
     assert.ok(workers.includes(lines[0]?.pid as number), 'written by a worker');
     assert.deepEqual([...(lines[0]?.published as string[])].sort(), [...kids].sort());
@@ -388,6 +399,22 @@ function workersSuite(state: () => Promise<StateSpec>, how: 'config' | 'flag'): 
     const after = await twoWorkers(server);
     assert.ok(after.every((pid) => !before.includes(pid)), `both workers replaced: ${before} -> ${after}`);
     await stillLimitedEverywhere(server, 'handover-reload', address, after);
+  });
+
+  test('keys rotated as a reload replaces the housekeeper: one key_rotation line, by the old housekeeper or the new', async () => {
+    const before = await twoWorkers(server);
+    const auditedBefore = keyRotationLines().length;
+    const reloadsBefore = server.logs.filter((record) => String(record.msg).startsWith('configuration reloaded')).length;
+    const kids = await rotateKeys();
+    // Sent at once: the old housekeeper is most likely replaced before its next key reload, 10 s after its last.
+    process.kill(server.child.pid as number, 'SIGHUP');
+    await eventually('the reload', () => server.logs.filter((record) => String(record.msg).startsWith('configuration reloaded')).length > reloadsBefore, 1200);
+    const after = await bothPublishing(kids);
+    assert.ok(after.every((pid) => !before.includes(pid)), `both workers replaced: ${before} -> ${after}`);
+    await sleep(1000);
+    const lines = keyRotationLines().slice(auditedBefore);
+    assert.equal(lines.length, 1, `key_rotation lines: ${JSON.stringify(lines)}`);
+    assert.deepEqual([...(lines[0]?.published as string[])].sort(), [...kids].sort());
   });
 
   test('SIGHUP with an invalid config changes nothing and logs every problem', async () => {

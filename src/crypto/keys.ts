@@ -30,6 +30,18 @@ export interface KeyStore {
   addKeys(keys: readonly StoredKey[]): Promise<void>;
   /** Marks the key retired at `now`; false when no such key or it was already retired. */
   retireKey(kid: string, now: number): Promise<boolean>;
+  /**
+   * Records `events` once for every process sharing the store and returns those no process had recorded, so one
+   * key_rotation audit line is written per change, whichever worker or instance sees it first (DESIGN.md §10, §11).
+   * The first call on a store records what it is given and returns none: the keys a server starts with are no change.
+   */
+  recordKeyEvents(events: readonly KeyEvent[], now: number): Promise<KeyEvent[]>;
+}
+
+/** A step in a key's life, each happening once: published (stored), signing (its lead time passed), unpublished (retired). */
+export interface KeyEvent {
+  readonly kid: string;
+  readonly event: 'published' | 'signing' | 'unpublished';
 }
 
 export const SIGNING_ALGORITHMS: readonly SigningAlgorithm[] = ['ES256', 'RS256'];
@@ -91,6 +103,26 @@ export function keyStates(stored: readonly StoredKey[], now: number, leadMs: num
   return states;
 }
 
+/**
+ * The steps each stored key has taken by the states of one moment. A key that signed and was then followed by a
+ * newer one is published again, so its `signing` step is recorded only by a process that saw it sign.
+ */
+export function keyEvents(states: ReadonlyMap<string, KeyState>): KeyEvent[] {
+  const events: KeyEvent[] = [];
+  for (const [kid, state] of states) {
+    events.push({ kid, event: 'published' });
+    if (state === 'signing') events.push({ kid, event: 'signing' });
+    if (state === 'retired') events.push({ kid, event: 'unpublished' });
+  }
+  return events;
+}
+
+/** Key events as the key_rotation audit line lists them (the shape of a KeyChange). */
+export function changeOf(events: readonly KeyEvent[]): KeyChange {
+  const kidsOf = (event: KeyEvent['event']): string[] => events.filter((candidate) => candidate.event === event).map((candidate) => candidate.kid);
+  return { published: kidsOf('published'), unpublished: kidsOf('unpublished'), signing: kidsOf('signing') };
+}
+
 /** A fresh key pair of `alg`, as the store keeps it (kid: the JWK thumbprint, RFC 7638). */
 export async function newStoredKey(alg: SigningAlgorithm, now: number): Promise<StoredKey> {
   const { privateKey } = await generateKeyPair(alg, { extractable: true, modulusLength: 2048 });
@@ -111,9 +143,8 @@ async function importStoredKey(stored: StoredKey): Promise<SigningKey> {
   return { kid: stored.kid, alg: stored.alg, privateKey, publicKey, publicJwk };
 }
 
-/** The keys in use at `now`: every live key imported (once: `imported` keeps them across reloads), the signing ones picked. */
-async function keysInUse(stored: readonly StoredKey[], now: number, leadMs: number, imported: Map<string, SigningKey>): Promise<SigningKeys> {
-  const states = keyStates(stored, now, leadMs);
+/** The keys in use by `states` (of one moment): every live key imported (once: `imported` keeps them across reloads), the signing ones picked. */
+async function keysInUse(stored: readonly StoredKey[], states: ReadonlyMap<string, KeyState>, imported: Map<string, SigningKey>): Promise<SigningKeys> {
   const live = stored.filter((key) => states.get(key.kid) !== 'retired');
   const keys = await Promise.all(
     live.map(async (key) => {
@@ -138,6 +169,8 @@ async function keysInUse(stored: readonly StoredKey[], now: number, leadMs: numb
 /** The keys an instance uses now, re-read from the store on a timer; `current` is swapped whole, never mutated. */
 export class KeyRing {
   #current: SigningKeys;
+  /** Every stored key's state at the last load, retired ones included: what events() reads. */
+  #states: ReadonlyMap<string, KeyState>;
   #timer: NodeJS.Timeout | undefined;
 
   private constructor(
@@ -145,9 +178,10 @@ export class KeyRing {
     private readonly timing: KeyTiming,
     private readonly clock: () => number,
     private readonly imported: Map<string, SigningKey>,
-    current: SigningKeys,
+    loaded: { readonly current: SigningKeys; readonly states: ReadonlyMap<string, KeyState> },
   ) {
-    this.#current = current;
+    this.#current = loaded.current;
+    this.#states = loaded.states;
   }
 
   /** Loads the keys, creating them on the first start (the first instance's keys win). */
@@ -158,7 +192,8 @@ export class KeyRing {
     const candidates = await Promise.all(SIGNING_ALGORITHMS.map((alg) => newStoredKey(alg, now)));
     const stored = await store.loadOrCreateKeys(candidates);
     const imported = new Map<string, SigningKey>();
-    return new KeyRing(store, timing, clock, imported, await keysInUse(stored, now, timing.leadMs, imported));
+    const states = keyStates(stored, now, timing.leadMs);
+    return new KeyRing(store, timing, clock, imported, { current: await keysInUse(stored, states, imported), states });
   }
 
   get current(): SigningKeys {
@@ -173,7 +208,10 @@ export class KeyRing {
   async reload(): Promise<KeyChange> {
     const now = this.clock();
     const before = this.#current;
-    this.#current = await keysInUse(await this.store.listKeys(), now, this.timing.leadMs, this.imported);
+    const stored = await this.store.listKeys();
+    const states = keyStates(stored, now, this.timing.leadMs);
+    this.#current = await keysInUse(stored, states, this.imported);
+    this.#states = states;
     const kids = (keys: SigningKeys): Set<string> => new Set(keys.byKid.keys());
     const [was, is] = [kids(before), kids(this.#current)];
     return {
@@ -183,11 +221,15 @@ export class KeyRing {
     };
   }
 
-  /** Reloads every timing.reloadMs until stop(); `onError` hears failed reloads, `onChange` every change of keys. */
-  start(onError: (error: unknown) => void, onChange: (change: KeyChange) => void = () => undefined): void {
+  /** The steps the stored keys had taken at the last load (keyEvents), for the key_rotation audit line. */
+  events(): KeyEvent[] {
+    return keyEvents(this.#states);
+  }
+
+  /** Reloads every timing.reloadMs until stop(); `onError` hears failed reloads, `onReloaded` each reload that worked. */
+  start(onError: (error: unknown) => void, onReloaded: (change: KeyChange) => void | Promise<void> = () => undefined): void {
     const tick = async (): Promise<void> => {
-      const change = await this.reload();
-      if (change.published.length + change.unpublished.length + change.signing.length > 0) onChange(change);
+      await onReloaded(await this.reload());
     };
     this.#timer = setInterval(() => void tick().catch(onError), this.timing.reloadMs);
     this.#timer.unref();

@@ -20,6 +20,7 @@ import type {
   GrantFilter,
   GrantHolding,
   GrantSummary,
+  KeyEvent,
   LoginRequestRecord,
   PushedRequestRecord,
   RefreshLookup,
@@ -95,6 +96,8 @@ export class MemoryStore implements Store {
   readonly #usedOnce = new Map<string, number>();
   /** request_uri digest -> the pushed request as JSON text. */
   readonly #pushedRequests = new Map<string, JsonEntry>();
+  /** JSON [kid, event] of each key event recorded (recordKeyEvents); undefined until the first call, which sets the baseline. */
+  #keyEvents: Set<string> | undefined;
 
   async loadOrCreateKeys(candidates: readonly StoredKey[]): Promise<StoredKey[]> {
     if (this.#keys === undefined || this.#keys.length === 0) {
@@ -123,6 +126,18 @@ export class MemoryStore implements Store {
     if (this.#keys === undefined || key === undefined || key.retiredAt !== undefined) return false;
     this.#keys[index] = Object.freeze({ ...key, retiredAt: now });
     return true;
+  }
+
+  async recordKeyEvents(events: readonly KeyEvent[]): Promise<KeyEvent[]> {
+    const baseline = this.#keyEvents === undefined;
+    const recorded = (this.#keyEvents ??= new Set());
+    const fresh = events.filter((event) => {
+      const name = JSON.stringify([event.kid, event.event]);
+      if (recorded.has(name)) return false;
+      recorded.add(name);
+      return true;
+    });
+    return baseline ? [] : fresh;
   }
 
   async revokeGrant(grantId: string): Promise<void> {

@@ -252,6 +252,18 @@ export const MIGRATIONS: readonly Migration[] = [
     description: 'DPoP-bound authorization codes (RFC 9449 §10): a code may be bound to the key its authorization request named',
     statements: () => ['ALTER TABLE authorization_codes ADD COLUMN dpop_jkt TEXT'],
   },
+  {
+    version: 9,
+    description: 'key events recorded once (DESIGN.md §10): one key_rotation audit line per change across workers, instances and restarts',
+    statements: (dialect) => [
+      `CREATE TABLE key_events (
+        kid TEXT NOT NULL,
+        event TEXT NOT NULL,
+        recorded_at BIGINT NOT NULL,
+        PRIMARY KEY (kid, event)
+      )${dialect.keyOnlyTable}`,
+    ],
+  },
 ];
 
 const MIGRATIONS_TABLE = 'CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at BIGINT NOT NULL)';

@@ -52,6 +52,7 @@ import type {
   GrantFilter,
   GrantHolding,
   GrantSummary,
+  KeyEvent,
   LoginRequestRecord,
   PushedRequestRecord,
   RefreshLookup,
@@ -67,6 +68,9 @@ import type {
 } from './types.js';
 
 const step = (statement: Statement, values: readonly unknown[], guard = false): Step => ({ statement, values, guard });
+
+/** The key_events row a store's first recordKeyEvents call adds: from then on, recorded events are changes (sql.ts recordKeyEvent). */
+const BASELINE: KeyEvent = { kid: '', event: 'published' };
 
 /** Adds `token` and extends its grant to outlive it (rules.ts), unless the grant's known expiry already does. */
 function addRefreshToken(token: RefreshTokenRecord, grantExpiresAt?: number): Step[] {
@@ -151,6 +155,16 @@ export class SqlStore implements Store {
 
   async retireKey(kid: string, now: number): Promise<boolean> {
     return (await this.#driver.write(SQL.retireKey, [kid, now])).changes === 1;
+  }
+
+  async recordKeyEvents(events: readonly KeyEvent[], now: number): Promise<KeyEvent[]> {
+    // In one order for every process, so two transactions recording the same rows wait for each other, never deadlock.
+    const ordered = [...events].sort((a, b) => (a.kid === b.kid ? (a.event < b.event ? -1 : 1) : a.kid < b.kid ? -1 : 1));
+    const changes = await this.#driver.script({
+      steps: [BASELINE, ...ordered].map((event) => step(SQL.recordKeyEvent, [event.kid, event.event, now])),
+    });
+    if (changes === undefined || changes[0] === 1) return [];
+    return ordered.filter((_, index) => changes[index + 1] === 1);
   }
 
   async revokeGrant(grantId: string): Promise<void> {

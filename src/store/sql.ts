@@ -71,6 +71,9 @@ const texts = {
     SELECT $1, $2, $3, CAST($4 AS BIGINT), CAST($5 AS BIGINT) WHERE NOT EXISTS (SELECT 1 FROM keys)`,
   insertKey: 'INSERT INTO keys (kid, alg, private_jwk, created_at, retired_at) VALUES ($1, $2, $3, $4, $5)',
   retireKey: 'UPDATE keys SET retired_at = $2 WHERE kid = $1 AND retired_at IS NULL',
+  // A key event is recorded once: the first process to record it writes its audit line. The row of kid '' (no key's
+  // thumbprint) marks that a first call has recorded the keys a server started with, which are no change.
+  recordKeyEvent: 'INSERT INTO key_events (kid, event, recorded_at) VALUES ($1, $2, $3) ON CONFLICT (kid, event) DO NOTHING',
 
   insertGrant:
     'INSERT INTO grants (id, client_id, subject, scope, resources, claims, auth_time, created_at, expires_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)',
@@ -256,6 +259,7 @@ export const KEEPS_HOLDINGS: ReadonlySet<Statement> = new Set([
   SQL.markUsedOnce,
   SQL.insertPushedRequest,
   SQL.takePushedRequest,
+  SQL.recordKeyEvent,
 ]);
 
 /**

@@ -6,7 +6,7 @@
  */
 
 // Signing keys and refresh-token records are crypto's shapes; the store keeps them as they are.
-export type { KeyStore, StoredKey } from '../crypto/keys.js';
+export type { KeyEvent, KeyStore, StoredKey } from '../crypto/keys.js';
 export type { RefreshTokenRecord } from '../crypto/refresh-token.js';
 import type { KeyStore } from '../crypto/keys.js';
 import type { RefreshTokenRecord } from '../crypto/refresh-token.js';
