@@ -4,7 +4,7 @@
  * one line per change of keys and one sweep, not N sweeps contending for the SQLite write lock.
  */
 import type { Logger } from 'pino';
-import { changeOf, type KeyChange, type KeyRing, type KeyStore } from './crypto/keys.js';
+import { changeOf, type KeyRing, type KeyStore } from './crypto/keys.js';
 import type { Store } from './store/types.js';
 
 /** How often expired state is swept (DESIGN.md §6). */
@@ -18,8 +18,6 @@ export interface HousekeepingParts {
   readonly housekeeper: boolean;
   readonly sweepIntervalMs?: number;
 }
-
-const changed = (change: KeyChange): boolean => change.published.length + change.unpublished.length + change.signing.length > 0;
 
 /**
  * Starts the key reloads, and in the housekeeper the sweep and the key_rotation audit line; returns what stops them.
@@ -45,7 +43,7 @@ export function startHousekeeping(parts: HousekeepingParts): () => void {
   const auditLogged = (): Promise<void> =>
     audit().catch((error: unknown) => logger.warn({ err: { message: (error as Error).message } }, 'key changes could not be recorded; tried again at the next key reload'));
   void auditLogged();
-  keys.start(warnKeys, (change) => (changed(change) || unaudited ? auditLogged() : undefined));
+  keys.start(warnKeys, (changed) => (changed || unaudited ? auditLogged() : undefined));
   const sweep = setInterval(() => {
     store.sweep(Date.now()).catch((error: unknown) => logger.warn({ err: { message: (error as Error).message } }, 'sweep failed'));
   }, parts.sweepIntervalMs ?? SWEEP_INTERVAL_MS);

@@ -79,7 +79,7 @@ export const KEY_TIMING: KeyTiming = { reloadMs: 10_000, leadMs: 45_000, jwksMax
 
 export type KeyState = 'signing' | 'published' | 'retired';
 
-/** What a reload changed: kids newly published, no longer published, newly signing. */
+/** A change of keys as the key_rotation audit line lists it: kids newly published, no longer published, newly signing. */
 export interface KeyChange {
   readonly published: readonly string[];
   readonly unpublished: readonly string[];
@@ -117,7 +117,7 @@ export function keyEvents(states: ReadonlyMap<string, KeyState>): KeyEvent[] {
   return events;
 }
 
-/** Key events as the key_rotation audit line lists them (the shape of a KeyChange). */
+/** Key events as the key_rotation audit line lists them. */
 export function changeOf(events: readonly KeyEvent[]): KeyChange {
   const kidsOf = (event: KeyEvent['event']): string[] => events.filter((candidate) => candidate.event === event).map((candidate) => candidate.kid);
   return { published: kidsOf('published'), unpublished: kidsOf('unpublished'), signing: kidsOf('signing') };
@@ -204,21 +204,14 @@ export class KeyRing {
     return this.timing.jwksMaxAgeSeconds;
   }
 
-  /** Re-reads the keys; on a store failure the keys in use stay (the next reload tries again). Returns what changed. */
-  async reload(): Promise<KeyChange> {
-    const now = this.clock();
-    const before = this.#current;
+  /** Re-reads the keys; on a store failure the keys in use stay (the next reload tries again). True when a key's state changed. */
+  async reload(): Promise<boolean> {
     const stored = await this.store.listKeys();
-    const states = keyStates(stored, now, this.timing.leadMs);
+    const states = keyStates(stored, this.clock(), this.timing.leadMs);
     this.#current = await keysInUse(stored, states, this.imported);
+    const before = this.#states;
     this.#states = states;
-    const kids = (keys: SigningKeys): Set<string> => new Set(keys.byKid.keys());
-    const [was, is] = [kids(before), kids(this.#current)];
-    return {
-      published: [...is].filter((kid) => !was.has(kid)),
-      unpublished: [...was].filter((kid) => !is.has(kid)),
-      signing: [this.#current.accessToken.kid, this.#current.idToken.kid].filter((kid) => kid !== before.accessToken.kid && kid !== before.idToken.kid),
-    };
+    return states.size !== before.size || [...states].some(([kid, state]) => before.get(kid) !== state);
   }
 
   /** The steps the stored keys had taken at the last load (keyEvents), for the key_rotation audit line. */
@@ -226,8 +219,8 @@ export class KeyRing {
     return keyEvents(this.#states);
   }
 
-  /** Reloads every timing.reloadMs until stop(); `onError` hears failed reloads, `onReloaded` each reload that worked. */
-  start(onError: (error: unknown) => void, onReloaded: (change: KeyChange) => void | Promise<void> = () => undefined): void {
+  /** Reloads every timing.reloadMs until stop(); `onError` hears failed reloads, `onReloaded` each reload that worked (whether a key's state changed). */
+  start(onError: (error: unknown) => void, onReloaded: (changed: boolean) => void | Promise<void> = () => undefined): void {
     const tick = async (): Promise<void> => {
       await onReloaded(await this.reload());
     };
