@@ -6,12 +6,12 @@ import { fileURLToPath } from 'node:url';
 import { after, before, describe, test } from 'node:test';
 import { basic, form } from './helpers/app.js';
 import { createDeployment, postToken, removeDeployment, SECRET, signInForTokens, startPinpoint, type Deployment, type PinpointProcess } from './helpers/process.js';
+import { cliArgs } from './helpers/cli-command.js';
 
-const CLI = fileURLToPath(new URL('../src/cli.ts', import.meta.url));
 
 function run(args: readonly string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, ['--import', 'tsx', CLI, ...args], { env: { ...process.env, PINPOINT_CONFIG: '' }, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(process.execPath, cliArgs(...args), { env: { ...process.env, PINPOINT_CONFIG: '' }, stdio: ['ignore', 'pipe', 'pipe'] });
     let stdout = '';
     let stderr = '';
     child.stdout.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
@@ -101,7 +101,7 @@ describe('pinpoint keys and grants on a SQLite file a server is using', () => {
   });
 
   test('a reader that closes the pipe early (keys list | head) ends the command quietly: no stack trace, exit 0', async () => {
-    const child = spawn(process.execPath, ['--import', 'tsx', CLI, 'keys', 'list', ...config()], { env: { ...process.env, PINPOINT_CONFIG: '' }, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(process.execPath, cliArgs('keys', 'list', ...config()), { env: { ...process.env, PINPOINT_CONFIG: '' }, stdio: ['ignore', 'pipe', 'pipe'] });
     let stderr = '';
     child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
     // Closed before the command writes: its first write meets a closed pipe (EPIPE).

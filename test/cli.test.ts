@@ -10,8 +10,8 @@ import { after, describe, test } from 'node:test';
 
 import { hashPassword, isPasswordHash, verifyPassword } from '../src/crypto/password.js';
 import { requestableReason } from '../src/policy/requestable.js';
+import { cliArgs } from './helpers/cli-command.js';
 
-const CLI = resolve('src/cli.ts');
 const EXAMPLE = resolve('config.example.hcl');
 
 interface Run {
@@ -22,7 +22,7 @@ interface Run {
 
 function run(args: readonly string[], options: { input?: string; env?: NodeJS.ProcessEnv } = {}): Promise<Run> {
   return new Promise((resolvePromise, reject) => {
-    const child = spawn(process.execPath, ['--import', 'tsx', CLI, ...args], {
+    const child = spawn(process.execPath, cliArgs(...args), {
       env: { ...process.env, PINPOINT_CONFIG: '', ...options.env },
       stdio: ['pipe', 'pipe', 'pipe'],
     });

@@ -12,8 +12,8 @@ import { describe, test } from 'node:test';
 
 import { ConfigInvalid, formatProblem, loadConfig } from '../src/config/load.js';
 import { hashPassword } from '../src/crypto/password.js';
+import { cliArgs } from './helpers/cli-command.js';
 
-const CLI = resolve('src/cli.ts');
 const HASH = await hashPassword('wonderland', { N: 2 ** 14, r: 8, p: 1 });
 /** Only a guard against a hang: a command that has not ended by then is killed and the test fails. */
 const HANG_GUARD_MS = 60_000;
@@ -49,7 +49,7 @@ function assertProblem(lines: readonly string[], prefix: string, ...fragments: s
 /** Runs the CLI; a run still going after HANG_GUARD_MS is killed and reported as hung. */
 function run(args: readonly string[]): Promise<{ code: number | null; hung: boolean; stdout: string; stderr: string }> {
   return new Promise((resolvePromise, reject) => {
-    const child = spawn(process.execPath, ['--import', 'tsx', CLI, ...args], { env: { ...process.env, PINPOINT_CONFIG: '' }, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(process.execPath, cliArgs(...args), { env: { ...process.env, PINPOINT_CONFIG: '' }, stdio: ['ignore', 'pipe', 'pipe'] });
     let stdout = '';
     let stderr = '';
     let hung = false;

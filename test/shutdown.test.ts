@@ -9,8 +9,8 @@ import { test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import { freePort } from './helpers/process.js';
+import { cliArgs } from './helpers/cli-command.js';
 
-const CLI = fileURLToPath(new URL('../src/cli.ts', import.meta.url));
 
 test('SIGTERM finishes the in-flight token request, refuses nothing already accepted, and exits 0', async () => {
   const folder = await mkdtemp(join(tmpdir(), 'pinpoint-shutdown-'));
@@ -20,7 +20,7 @@ test('SIGTERM finishes the in-flight token request, refuses nothing already acce
     join(folder, 'config.hcl'),
     `base_url = "http://127.0.0.1:${port}"\nlisten = "127.0.0.1:${port}"\nclient "svc" {\n  secret_file = "svc.secret"\n  audience = ["https://api.example.org/"]\n}\n`,
   );
-  const child = spawn(process.execPath, ['--import', 'tsx', CLI, 'serve', '--config', join(folder, 'config.hcl')], { stdio: 'ignore' });
+  const child = spawn(process.execPath, cliArgs('serve', '--config', join(folder, 'config.hcl')), { stdio: 'ignore' });
   const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
   try {
     for (let attempt = 0; attempt < 100; attempt += 1) {

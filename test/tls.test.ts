@@ -9,8 +9,8 @@ import { after, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import { freePort } from './helpers/process.js';
+import { cliArgs } from './helpers/cli-command.js';
 
-const CLI = fileURLToPath(new URL('../src/cli.ts', import.meta.url));
 const folders: string[] = [];
 after(async () => {
   for (const folder of folders) await rm(folder, { recursive: true, force: true });
@@ -45,7 +45,7 @@ test('serve with tls terminate answers metadata over HTTPS, verified against the
     join(folder, 'config.hcl'),
     `base_url = "https://127.0.0.1:${port}"\nlisten = "127.0.0.1:${port}"\ntls {\n  mode = "terminate"\n  cert_file = "cert.pem"\n  key_file = "key.pem"\n}\n`,
   );
-  const child = spawn(process.execPath, ['--import', 'tsx', CLI, 'serve', '--config', join(folder, 'config.hcl')], { stdio: 'ignore' });
+  const child = spawn(process.execPath, cliArgs('serve', '--config', join(folder, 'config.hcl')), { stdio: 'ignore' });
   try {
     const ca = await readFile(join(folder, 'cert.pem'));
     let answer: { status: number; body: Record<string, unknown> } | undefined;

@@ -29,10 +29,9 @@ import {
   type StateSpec,
   type TestDatabase,
 } from './helpers/process.js';
+import { cliArgs, WORKER_SCRIPT } from './helpers/cli-command.js';
 
-const CLI = fileURLToPath(new URL('../src/cli.ts', import.meta.url));
 /** The module the primary forks each worker from (the server runs from the sources here, as startPinpoint starts it). */
-const WORKER = fileURLToPath(new URL('../src/worker.ts', import.meta.url));
 const POSTGRES_URL = process.env['PINPOINT_TEST_POSTGRES_URL'];
 
 interface Answer {
@@ -146,7 +145,7 @@ async function commandLineOf(pid: number): Promise<string[]> {
 async function workersOf(pid: number): Promise<number[]> {
   const children = await childrenOf(pid);
   const commandLines = await Promise.all(children.map(commandLineOf));
-  return children.filter((_, i) => commandLines[i]?.includes(WORKER));
+  return children.filter((_, i) => commandLines[i]?.includes(WORKER_SCRIPT));
 }
 
 /** Both workers up and serving (the start line is printed once every worker serves). */
@@ -165,7 +164,7 @@ async function twoWorkers(server: PinpointProcess): Promise<number[]> {
 
 /** Runs the CLI to the end. */
 function cli(args: readonly string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  const child = spawn(process.execPath, ['--import', 'tsx', CLI, ...args], { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, PINPOINT_CONFIG: '' } });
+  const child = spawn(process.execPath, cliArgs(...args), { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, PINPOINT_CONFIG: '' } });
   let stdout = '';
   let stderr = '';
   child.stdout.on('data', (chunk: Buffer) => (stdout += chunk.toString('utf8')));

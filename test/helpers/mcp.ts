@@ -20,9 +20,9 @@ import type { OAuthClientInformationMixed, OAuthClientMetadata, OAuthTokens } fr
 import { hashPassword } from '../../src/crypto/password.js';
 import { PASSWORD } from './app.js';
 import { PinpointProcess, type Deployment } from './process.js';
+import { cliArgs } from './cli-command.js';
 
 const REPO = fileURLToPath(new URL('../..', import.meta.url));
-const CLI = join(REPO, 'src', 'cli.ts');
 export const EXAMPLE = join(REPO, 'examples', 'mcp-server', 'server.ts');
 
 /** Starts a plain HTTP or HTTPS server on 127.0.0.1, a free port. */
@@ -148,9 +148,9 @@ dynamic_clients {
   return { folder, configFile, port: options.port, baseUrl };
 }
 
-/** `pinpoint serve` from the sources with extra environment (NODE_EXTRA_CA_CERTS is read at process start), ready on /readyz. */
+/** `pinpoint serve` (as cli-command.ts starts it) with extra environment (NODE_EXTRA_CA_CERTS is read at process start), ready on /readyz. */
 export async function startPinpointWith(deployment: Deployment, env: Record<string, string>, readyTimeoutMs = 30_000): Promise<PinpointProcess> {
-  const child = spawn(process.execPath, ['--import', 'tsx', CLI, 'serve', '--config', deployment.configFile], {
+  const child = spawn(process.execPath, cliArgs('serve', '--config', deployment.configFile), {
     cwd: REPO,
     env: { ...process.env, PINPOINT_CONFIG: '', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],

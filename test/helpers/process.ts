@@ -15,11 +15,11 @@ import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import { hashPassword } from '../../src/crypto/password.js';
 import { PASSWORD, REDIRECT, SECRET, basic, form, hiddenInput, pkce } from './app.js';
+import { cliArgs } from './cli-command.js';
 
 export { PASSWORD, REDIRECT, SECRET };
 
 const REPO = fileURLToPath(new URL('../..', import.meta.url));
-const CLI = join(REPO, 'src', 'cli.ts');
 
 /** The two requestable resource servers of `webapp`, plus a logical name that cannot be named. */
 export const API = 'https://api.example.org/';
@@ -170,9 +170,9 @@ export class PinpointProcess {
   }
 }
 
-/** Starts `pinpoint serve --config` from the TypeScript sources (never a stale dist/) and waits for /readyz. */
+/** Starts `pinpoint serve --config` (from dist/ only when it is built from the sources as they are: cli-command.ts) and waits for /readyz. */
 export async function startPinpoint(deployment: Deployment, options: { readyTimeoutMs?: number; args?: readonly string[] } = {}): Promise<PinpointProcess> {
-  const child = spawn(process.execPath, ['--import', 'tsx', CLI, 'serve', '--config', deployment.configFile, ...(options.args ?? [])], {
+  const child = spawn(process.execPath, cliArgs('serve', '--config', deployment.configFile, ...(options.args ?? [])), {
     cwd: REPO,
     env: { ...process.env, PINPOINT_CONFIG: '' },
     stdio: ['ignore', 'pipe', 'pipe'],
