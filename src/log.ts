@@ -1,4 +1,5 @@
 /** pino logger settings: JSON lines, asynchronous writes, and nothing secret at any level (DESIGN.md §7, §10). */
+import { fstatSync } from 'node:fs';
 import pino, { type Logger } from 'pino';
 import type { Config } from './config/types.js';
 
@@ -54,11 +55,37 @@ function serializeResponse(reply: { statusCode?: number }): Record<string, unkno
 /** Linux's PIPE_BUF: a write to a pipe up to this long is never interleaved with another process's. */
 const PIPE_BUF = 4096;
 
-export function createLogger(level: Config['logLevel'], destination?: pino.DestinationStream): Logger {
+/**
+ * Whether log writes to `fd` are made on the event loop: yes for a regular file, whose write lands in the page cache at
+ * once (a hop to libuv's thread pool costs more than the write, and competes with jose's signatures there); no for a
+ * pipe, socket or terminal, whose reader can stall and must never stall the requests with it.
+ */
+export function writesSynchronously(fd: number): boolean {
+  try {
+    return fstatSync(fd).isFile();
+  } catch {
+    return false;
+  }
+}
+
+/** The process's one stdout destination, shared by its loggers (one buffer, one exit flush). */
+let stdout: pino.DestinationStream | undefined;
+
+function stdoutDestination(): pino.DestinationStream {
+  if (stdout !== undefined) return stdout;
   // Lines are written in 4 KiB batches under load (one write per batch, not per line), and at most 200 ms after they
   // happen when traffic is light (DESIGN.md §10: written as they happen, not held until the buffer fills). No write is
   // longer than PIPE_BUF, so the workers sharing one stdout pipe never tear each other's lines (POSIX: atomic writes).
-  const stream = destination ?? pino.destination({ dest: 1, sync: false, minLength: PIPE_BUF - 1, maxWrite: PIPE_BUF, periodicFlush: 200 });
+  const sync = writesSynchronously(1);
+  const stream = pino.destination({ dest: 1, sync, minLength: PIPE_BUF - 1, maxWrite: PIPE_BUF, periodicFlush: 200 });
+  // pino flushes an asynchronous destination at exit; a synchronous one still holds up to a batch, so do it here.
+  if (sync) process.once('exit', () => stream.flushSync());
+  stdout = stream;
+  return stream;
+}
+
+export function createLogger(level: Config['logLevel'], destination?: pino.DestinationStream): Logger {
+  const stream = destination ?? stdoutDestination();
   return pino(
     {
       level,
