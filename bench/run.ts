@@ -10,7 +10,9 @@
  *                                     (--target oidc-provider|floor|pinpoint-memory|pinpoint-postgres|pinpoint-same-signing|v0.2.0 to profile another; --perf adds Linux perf,
  *                                     native code, kernel and every thread included; --against TARGET then profiles a second
  *                                     server the same way and prints both side by side, in µs per request; each run also
- *                                     prints every thread's CPU per request from /proc, kernel time apart)
+ *                                     prints every thread's CPU per request from /proc, kernel time apart; --no-v8 leaves the
+ *                                     V8 profiler off and prints only those figures (and perf's): the profiler slows servers
+ *                                     unevenly, so only --no-v8 figures compare two servers' CPU per request)
  *   npm run bench -- --keep           keep the temp folder (databases, access logs, pools, profiles)
  *   npm run bench -- --only A,B       only these cases (names as in the table, `scale`, `postgres`, `v0.2.0`, `workers`, `storm` or
  *                                     `write-lock`: how long a refresh holds SQLite's write lock, bench/write-lock.ts); no RESULTS.md
@@ -120,6 +122,7 @@ const { values: options } = parseArgs({
     only: { type: 'string' },
     connections: { type: 'string' },
     perf: { type: 'boolean', default: false },
+    'no-v8': { type: 'boolean', default: false },
     variant: { type: 'string' },
     baseline: { type: 'string' },
     rounds: { type: 'string', default: '2' },
@@ -667,20 +670,20 @@ async function profileRun(caseName: CaseName | CostCaseName, target: string | un
     // Every token the run needs is created before the profiler starts.
     await ensurePool(leg, `${participant.label}|${server.name}`, 16, timing.warmup + timing.segment * timing.order([0]).length, `${caseName}|c16`);
     const file = join(temp, `${server.name}-${caseName}.cpuprofile`);
-    const perfData = join(temp, 'perf.data');
+    const perfData = join(temp, `${server.name}-${caseName}.perf.data`);
     let perf: ChildProcess | undefined;
     let threadsBefore = new Map<number, ThreadCpu>();
     let measuredFrom = 0;
     const rows = await runCase(caseName, 16, [participant], async () => {
       if (options.perf) perf = spawn('perf', ['record', '-F', '999', '-g', '-p', String(server.peer.pid), '-o', perfData], { stdio: 'ignore' });
       if (server.name !== 'oidc-provider' && server.name !== 'floor') await server.peer.call('loopDelay');
-      await server.peer.call('profileStart');
+      if (!options['no-v8']) await server.peer.call('profileStart');
       threadsBefore = threadCpu(server.peer.pid);
       measuredFrom = performance.now();
     });
     const threadsUsed = threadCpuUsed(threadsBefore, threadCpu(server.peer.pid));
     const measuredSeconds = (performance.now() - measuredFrom) / 1000;
-    await server.peer.call('profileStop', { file });
+    if (!options['no-v8']) await server.peer.call('profileStop', { file });
     if (server.name !== 'oidc-provider' && server.name !== 'floor') {
       const delay = await server.peer.call<{ p50: number; p99: number; max: number }>('loopDelay');
       log(`event-loop delay while measured: p50 ${delay.p50.toFixed(1)} ms, p99 ${delay.p99.toFixed(1)} ms, max ${delay.max.toFixed(1)} ms`);
@@ -692,7 +695,7 @@ async function profileRun(caseName: CaseName | CostCaseName, target: string | un
     }
     printReport(rows, [], undefined, undefined, pinned, log);
     const profiled: ProfiledRun = { label: server.name, file, requestsPerSecond: rows[0]?.rate ?? Number.NaN };
-    for (const line of await summariseProfile(profiled)) log(line);
+    if (!options['no-v8']) for (const line of await summariseProfile(profiled)) log(line);
     for (const line of threadCpuLines(threadsUsed, profiled.requestsPerSecond * measuredSeconds, measuredSeconds)) log(line);
     if (perf !== undefined) {
       const report = spawnSync('perf', ['report', '-i', perfData, '--no-children', '--sort', 'dso,sym', '--stdio', '-g', 'none'], { encoding: 'utf8', maxBuffer: 64 * 1024 * 1024 });
@@ -982,7 +985,8 @@ async function main(): Promise<number> {
     if (options.against !== undefined) {
       const second = await profileRun(options.profile as CaseName | CostCaseName, options.against);
       log('');
-      for (const line of await compareProfiles(first, second)) log(line);
+      if (!options['no-v8']) for (const line of await compareProfiles(first, second)) log(line);
+      else log(`A = ${first.label} (${first.requestsPerSecond.toFixed(0)} req/s), B = ${second.label} (${second.requestsPerSecond.toFixed(0)} req/s): A / B = ${(first.requestsPerSecond / second.requestsPerSecond).toFixed(3)}, no V8 profiler`);
     }
     return 0;
   }
