@@ -596,7 +596,7 @@ export async function writeResults(
     `- Node ${process.version}; Pinpoint ${commit}${dirty ? ' with uncommitted changes in src/' : ''}; ${versions.join(', ')}`,
     '- cases: warmed up 2 s per server, then 10 s measured per server as 4 segments of 2.5 s interleaved A B C C B A A B C C B A',
     `- every server process runs with the node flags Pinpoint ships with (\`npm start\`: ${run.nodeFlags.join(' ')}), so the ratios compare code, not runtime settings`,
-    `- Pinpoint: run from dist/ (tsc output, as \`npm start\`); production logger (info, one access-log line per request, asynchronous pino to a file); SQLite in WAL at synchronous=NORMAL (durable against a killed process)`,
+    `- Pinpoint: run from dist/ (tsc output, as \`npm start\`); production logger (info, one access-log line per request, pino to a file, so written on the event loop in 4 KiB batches; up to 36b5e5c, asynchronously); SQLite in WAL at synchronous=NORMAL (durable against a killed process)`,
     '',
     '### Ratios',
     '',
