@@ -44,8 +44,46 @@ const PROBE_TIMEOUT_MS = 5000;
 /** A command-line mistake: usage on stderr and exit 2 (a wrong config or input exits 1). */
 class UsageError extends Error {}
 
+/** Our options that take a value, by long name, and the rest; `-c` (config) and `-h` (help) are the short ones. */
+const VALUE_OPTIONS = ['config', 'user', 'client', 'to', 'workers', 'pid-file'] as const;
+const FLAG_OPTIONS = ['json', 'probe', 'help'] as const;
+
+/** The option `word` names (`-c`, `--config`, `--config=FILE`, ...), and whether its value is the next word. */
+function optionOf(word: string): { readonly takesNext: boolean } | undefined {
+  if (word === '-c') return { takesNext: true };
+  if (word === '-h') return { takesNext: false };
+  const [, name, inline] = /^--([^=]+)(=.*)?$/.exec(word) ?? [];
+  if (name === undefined) return undefined;
+  if ((VALUE_OPTIONS as readonly string[]).includes(name)) return { takesNext: inline === undefined };
+  return (FLAG_OPTIONS as readonly string[]).includes(name) ? { takesNext: false } : undefined;
+}
+
+/**
+ * `keys retire KID` and `grants revoke ID`: an identifier may begin with `-`, as one key in 64 does (a JWK thumbprint
+ * is base64url), so a word that is neither an option nor an option's value goes after a `--`, where parseArgs takes
+ * it as it is.
+ */
+function identifierAsPositional(command: string | undefined, rest: readonly string[]): readonly string[] {
+  const [subcommand, ...words] = rest;
+  const takesIdentifier = (command === 'keys' && subcommand === 'retire') || (command === 'grants' && subcommand === 'revoke');
+  if (!takesIdentifier || words.includes('--')) return rest;
+  const kept: string[] = [];
+  const identifiers: string[] = [];
+  for (let i = 0; i < words.length; i++) {
+    const word = words[i] as string;
+    const option = optionOf(word);
+    if (option !== undefined) {
+      kept.push(word);
+      if (option.takesNext && i + 1 < words.length) kept.push(words[++i] as string);
+    } else if (word.startsWith('-')) identifiers.push(word);
+    else kept.push(word);
+  }
+  return identifiers.length === 0 ? rest : [subcommand as string, ...kept, '--', ...identifiers];
+}
+
 async function main(argv: readonly string[]): Promise<number> {
-  const [command, ...rest] = argv;
+  const [command, ...given] = argv;
+  const rest = identifierAsPositional(command, given);
   if (command === '--version' || command === 'version') {
     if (rest.length > 0) throw new UsageError(`${command} takes no arguments`);
     process.stdout.write(`${VERSION}\n`);

@@ -96,6 +96,15 @@ describe('pinpoint keys and grants on a SQLite file a server is using', () => {
     const unknown = await run(['keys', 'retire', 'no-such-kid', ...config()]);
     assert.equal(unknown.code, 1);
     assert.match(unknown.stderr, /there is no key no-such-kid/);
+    // A kid is a base64url thumbprint: one in 64 begins with '-', and is still a KID wherever it stands, not an option.
+    for (const args of [['-Ab3', ...config()], [...config(), '-Ab3'], ['-c', deployment.configFile, '-Ab3'], [`--config=${deployment.configFile}`, '-Ab3'], [...config(), '--', '-Ab3']]) {
+      const dashed = await run(['keys', 'retire', ...args]);
+      assert.equal(dashed.code, 1, `${args.join(' ')}: ${dashed.stderr}`);
+      assert.match(dashed.stderr, /there is no key -Ab3/);
+    }
+    const dashedGrant = await run(['grants', 'revoke', '-xY', ...config()]);
+    assert.equal(dashedGrant.code, 1, dashedGrant.stderr);
+    assert.match(dashedGrant.stdout, /^0 grants? revoked$/m);
     const human = await run(['keys', 'list', ...config()]);
     assert.match(human.stdout, /ES256 {2}\d{4}-\d\d-\d\dT.* {2}signing/);
   });
