@@ -2,7 +2,7 @@
 import { readFile, rename, writeFile } from 'node:fs/promises';
 import { resolve } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { parseArgs } from 'node:util';
+import { parseArgs, type ParseArgsConfig } from 'node:util';
 import { loadConfigApart } from './config/load-apart.js';
 import { ConfigInvalid, formatProblem } from './config/problems.js';
 import { describeConfig, describeInvalid, renderReport, type CheckReport, type ProbeResult } from './config/report.js';
@@ -44,18 +44,25 @@ const PROBE_TIMEOUT_MS = 5000;
 /** A command-line mistake: usage on stderr and exit 2 (a wrong config or input exits 1). */
 class UsageError extends Error {}
 
-/** Our options that take a value, by long name, and the rest; `-c` (config) and `-h` (help) are the short ones. */
-const VALUE_OPTIONS = ['config', 'user', 'client', 'to', 'workers', 'pid-file'] as const;
-const FLAG_OPTIONS = ['json', 'probe', 'help'] as const;
+/** Every option of every command, as parseArgs takes them. */
+const OPTIONS = {
+  config: { type: 'string', short: 'c' },
+  json: { type: 'boolean', default: false },
+  probe: { type: 'boolean', default: false },
+  user: { type: 'string' },
+  client: { type: 'string' },
+  to: { type: 'string' },
+  workers: { type: 'string' },
+  'pid-file': { type: 'string' },
+  help: { type: 'boolean', short: 'h', default: false },
+} as const satisfies ParseArgsConfig['options'];
 
 /** The option `word` names (`-c`, `--config`, `--config=FILE`, ...), and whether its value is the next word. */
 function optionOf(word: string): { readonly takesNext: boolean } | undefined {
-  if (word === '-c') return { takesNext: true };
-  if (word === '-h') return { takesNext: false };
-  const [, name, inline] = /^--([^=]+)(=.*)?$/.exec(word) ?? [];
-  if (name === undefined) return undefined;
-  if ((VALUE_OPTIONS as readonly string[]).includes(name)) return { takesNext: inline === undefined };
-  return (FLAG_OPTIONS as readonly string[]).includes(name) ? { takesNext: false } : undefined;
+  const [, long, inline] = /^--([^=]+)(=.*)?$/.exec(word) ?? [];
+  const short = /^-([^-])$/.exec(word)?.[1];
+  const option = Object.entries(OPTIONS).find(([name, spec]) => name === long || ('short' in spec && spec.short === short))?.[1];
+  return option === undefined ? undefined : { takesNext: option.type === 'string' && inline === undefined };
 }
 
 /**
@@ -91,17 +98,7 @@ async function main(argv: readonly string[]): Promise<number> {
   }
   const { values, positionals: words } = parseArgs({
     args: [...rest],
-    options: {
-      config: { type: 'string', short: 'c' },
-      json: { type: 'boolean', default: false },
-      probe: { type: 'boolean', default: false },
-      user: { type: 'string' },
-      client: { type: 'string' },
-      to: { type: 'string' },
-      workers: { type: 'string' },
-      'pid-file': { type: 'string' },
-      help: { type: 'boolean', short: 'h', default: false },
-    },
+    options: OPTIONS,
     strict: true,
     allowPositionals: true,
   });

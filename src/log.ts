@@ -1,4 +1,4 @@
-/** pino logger settings: JSON lines, asynchronous writes, and nothing secret at any level (DESIGN.md §7, §10). */
+/** pino logger settings: JSON lines in 4 KiB batches (written on the event loop to a file, asynchronously elsewhere), nothing secret at any level (DESIGN.md §7, §10). */
 import { fstatSync } from 'node:fs';
 import pino, { type Logger } from 'pino';
 import type { Config } from './config/types.js';
@@ -79,7 +79,15 @@ function stdoutDestination(): pino.DestinationStream {
   const sync = writesSynchronously(1);
   const stream = pino.destination({ dest: 1, sync, minLength: PIPE_BUF - 1, maxWrite: PIPE_BUF, periodicFlush: 200 });
   // pino flushes an asynchronous destination at exit; a synchronous one still holds up to a batch, so do it here.
-  if (sync) process.once('exit', () => stream.flushSync());
+  if (sync) {
+    process.once('exit', () => {
+      try {
+        stream.flushSync();
+      } catch {
+        // Exiting anyway: a file that can no longer be written loses its last batch, not the exit code.
+      }
+    });
+  }
   stdout = stream;
   return stream;
 }
