@@ -129,6 +129,8 @@ const { values: options } = parseArgs({
   },
   strict: true,
 });
+/** The V8 profiler is on under --profile unless --no-v8 (it slows servers unevenly: see the option above). */
+const v8Profiler = !options['no-v8'];
 const smoke = options.smoke === true;
 const only = options.only?.split(',');
 const selected = (name: string): boolean => only === undefined || only.includes(name);
@@ -677,13 +679,13 @@ async function profileRun(caseName: CaseName | CostCaseName, target: string | un
     const rows = await runCase(caseName, 16, [participant], async () => {
       if (options.perf) perf = spawn('perf', ['record', '-F', '999', '-g', '-p', String(server.peer.pid), '-o', perfData], { stdio: 'ignore' });
       if (server.name !== 'oidc-provider' && server.name !== 'floor') await server.peer.call('loopDelay');
-      if (!options['no-v8']) await server.peer.call('profileStart');
+      if (v8Profiler) await server.peer.call('profileStart');
       threadsBefore = threadCpu(server.peer.pid);
       measuredFrom = performance.now();
     });
     const threadsUsed = threadCpuUsed(threadsBefore, threadCpu(server.peer.pid));
     const measuredSeconds = (performance.now() - measuredFrom) / 1000;
-    if (!options['no-v8']) await server.peer.call('profileStop', { file });
+    if (v8Profiler) await server.peer.call('profileStop', { file });
     if (server.name !== 'oidc-provider' && server.name !== 'floor') {
       const delay = await server.peer.call<{ p50: number; p99: number; max: number }>('loopDelay');
       log(`event-loop delay while measured: p50 ${delay.p50.toFixed(1)} ms, p99 ${delay.p99.toFixed(1)} ms, max ${delay.max.toFixed(1)} ms`);
@@ -695,7 +697,7 @@ async function profileRun(caseName: CaseName | CostCaseName, target: string | un
     }
     printReport(rows, [], undefined, undefined, pinned, log);
     const profiled: ProfiledRun = { label: server.name, file, requestsPerSecond: rows[0]?.rate ?? Number.NaN };
-    if (!options['no-v8']) for (const line of await summariseProfile(profiled)) log(line);
+    if (v8Profiler) for (const line of await summariseProfile(profiled)) log(line);
     for (const line of threadCpuLines(threadsUsed, profiled.requestsPerSecond * measuredSeconds, measuredSeconds)) log(line);
     if (perf !== undefined) {
       const report = spawnSync('perf', ['report', '-i', perfData, '--no-children', '--sort', 'dso,sym', '--stdio', '-g', 'none'], { encoding: 'utf8', maxBuffer: 64 * 1024 * 1024 });
@@ -985,7 +987,7 @@ async function main(): Promise<number> {
     if (options.against !== undefined) {
       const second = await profileRun(options.profile as CaseName | CostCaseName, options.against);
       log('');
-      if (!options['no-v8']) for (const line of await compareProfiles(first, second)) log(line);
+      if (v8Profiler) for (const line of await compareProfiles(first, second)) log(line);
       else log(`A = ${first.label} (${first.requestsPerSecond.toFixed(0)} req/s), B = ${second.label} (${second.requestsPerSecond.toFixed(0)} req/s): A / B = ${(first.requestsPerSecond / second.requestsPerSecond).toFixed(3)}, no V8 profiler`);
     }
     return 0;

@@ -57,35 +57,22 @@ const OPTIONS = {
   help: { type: 'boolean', short: 'h', default: false },
 } as const satisfies ParseArgsConfig['options'];
 
-/** The option `word` names (`-c`, `--config`, `--config=FILE`, ...), and whether its value is the next word. */
-function optionOf(word: string): { readonly takesNext: boolean } | undefined {
-  const [, long, inline] = /^--([^=]+)(=.*)?$/.exec(word) ?? [];
-  const short = /^-([^-])$/.exec(word)?.[1];
-  const option = Object.entries(OPTIONS).find(([name, spec]) => name === long || ('short' in spec && spec.short === short))?.[1];
-  return option === undefined ? undefined : { takesNext: option.type === 'string' && inline === undefined };
-}
-
 /**
  * `keys retire KID` and `grants revoke ID`: an identifier may begin with `-`, as one key in 64 does (a JWK thumbprint
- * is base64url), so a word that is neither an option nor an option's value goes after a `--`, where parseArgs takes
- * it as it is.
+ * is base64url). The words parseArgs reads as options we do not have go after a `--`, where it takes them as they are.
  */
 function identifierAsPositional(command: string | undefined, rest: readonly string[]): readonly string[] {
-  const [subcommand, ...words] = rest;
+  const subcommand = rest[0];
   const takesIdentifier = (command === 'keys' && subcommand === 'retire') || (command === 'grants' && subcommand === 'revoke');
-  if (!takesIdentifier || words.includes('--')) return rest;
-  const kept: string[] = [];
-  const identifiers: string[] = [];
-  for (let i = 0; i < words.length; i++) {
-    const word = words[i] as string;
-    const option = optionOf(word);
-    if (option !== undefined) {
-      kept.push(word);
-      if (option.takesNext && i + 1 < words.length) kept.push(words[++i] as string);
-    } else if (word.startsWith('-')) identifiers.push(word);
-    else kept.push(word);
-  }
-  return identifiers.length === 0 ? rest : [subcommand as string, ...kept, '--', ...identifiers];
+  if (!takesIdentifier) return rest;
+  const { tokens } = parseArgs({ args: [...rest], options: OPTIONS, strict: false, allowPositionals: true, tokens: true });
+  // One word can be several tokens (`-Ab3` is -A, -b and -3), all at its index; `-cAb3` is an identifier, not -c Ab3.
+  const identifier = (token: (typeof tokens)[number]): boolean =>
+    token.kind === 'option' && (!Object.hasOwn(OPTIONS, token.name) || (token.inlineValue === true && token.rawName.length === 2));
+  const moved = new Set(tokens.flatMap((token) => (identifier(token) ? [token.index] : [])));
+  if (moved.size === 0) return rest;
+  const ended = tokens.some((token) => token.kind === 'option-terminator');
+  return [...rest.filter((_, index) => !moved.has(index)), ...(ended ? [] : ['--']), ...[...moved].map((index) => rest[index] as string)];
 }
 
 async function main(argv: readonly string[]): Promise<number> {

@@ -1,4 +1,4 @@
-/** pino logger settings: JSON lines in 4 KiB batches (written on the event loop to a file, asynchronously elsewhere), nothing secret at any level (DESIGN.md §7, §10). */
+/** pino logger settings: JSON lines in 4 KiB batches, and nothing secret at any level (DESIGN.md §7, §10). */
 import { fstatSync } from 'node:fs';
 import pino, { type Logger } from 'pino';
 import type { Config } from './config/types.js';

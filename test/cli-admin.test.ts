@@ -102,6 +102,10 @@ describe('pinpoint keys and grants on a SQLite file a server is using', () => {
       assert.equal(dashed.code, 1, `${args.join(' ')}: ${dashed.stderr}`);
       assert.match(dashed.stderr, /there is no key -Ab3/);
     }
+    // Even one that reads like -c with its value attached.
+    const likeConfig = await run(['keys', 'retire', '-cAb3', ...config()]);
+    assert.equal(likeConfig.code, 1, likeConfig.stderr);
+    assert.match(likeConfig.stderr, /there is no key -cAb3/);
     const dashedGrant = await run(['grants', 'revoke', '-xY', ...config()]);
     assert.equal(dashedGrant.code, 1, dashedGrant.stderr);
     assert.match(dashedGrant.stdout, /^0 grants? revoked$/m);
