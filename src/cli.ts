@@ -194,7 +194,7 @@ async function grantsCommand(sub: string | undefined, args: readonly string[], v
       const id = args[0];
       const chosen = [id, values.user, values.client].filter((value) => value !== undefined).length;
       if (chosen !== 1) throw new UsageError('grants revoke needs exactly one of ID, --user U or --client C');
-      return (await withStore(configFile(), (store) => revokeGrants(store, id !== undefined ? { grantId: id } : filter, process.stdout))) as number;
+      return (await withStore(configFile(), (store) => revokeGrants(store, id !== undefined ? { grantId: id } : filter, process.stdout, process.stderr))) as number;
     }
     default:
       throw new UsageError(sub === undefined ? 'grants needs list or revoke' : `unknown grants command ${JSON.stringify(sub)}`);

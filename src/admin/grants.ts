@@ -26,6 +26,8 @@ export async function listGrants(store: GrantAdminStore, filter: GrantFilter, ou
   return 0;
 }
 
+const revokedCount = (grants: number): string => `${grants} grant${grants === 1 ? '' : 's'} revoked`;
+
 export type RevokeTarget = { readonly grantId: string } | GrantFilter;
 
 /**
@@ -36,16 +38,18 @@ export async function revokeGrants(
   store: GrantStore & GrantAdminStore & SessionStore & RegisteredClientStore,
   target: RevokeTarget,
   out: Output,
+  err: Output,
   now = Date.now(),
 ): Promise<number> {
   if ('grantId' in target) {
     const found = await store.findGrant(target.grantId, now);
     if (found !== undefined) await store.revokeGrant(target.grantId);
-    out.write(`${found === undefined ? 0 : 1} grant revoked\n`);
+    out.write(`${revokedCount(found === undefined ? 0 : 1)}\n`);
+    // As `keys retire` says of a kid: exit 1 and why, so a script that mistyped an id does not take it for done.
+    if (found === undefined) err.write(`pinpoint: there is no live grant ${target.grantId}\n`);
     return found === undefined ? 1 : 0;
   }
-  const grants = await store.revokeGrants(target);
-  out.write(`${grants} grant${grants === 1 ? '' : 's'} revoked\n`);
+  out.write(`${revokedCount(await store.revokeGrants(target))}\n`);
   if (target.subject !== undefined) {
     const sessions = await store.deleteSessionsOf(target.subject);
     out.write(`${sessions} session${sessions === 1 ? '' : 's'} ended\n`);
