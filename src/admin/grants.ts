@@ -2,6 +2,9 @@
 import type { GrantAdminStore, GrantFilter, GrantStore, RegisteredClientStore, SessionStore } from '../store/types.js';
 import type { Output } from './keys.js';
 
+/** "1 grant", "0 grants": the counts these commands print. */
+const counted = (count: number, noun: string): string => `${count} ${noun}${count === 1 ? '' : 's'}`;
+
 const iso = (ms: number | undefined): string | undefined => (ms === undefined ? undefined : new Date(ms).toISOString());
 
 export async function listGrants(store: GrantAdminStore, filter: GrantFilter, out: Output, json: boolean, now = Date.now()): Promise<number> {
@@ -22,11 +25,9 @@ export async function listGrants(store: GrantAdminStore, filter: GrantFilter, ou
     const resources = row.resources.length === 0 ? '(whole audience)' : row.resources.join(' ');
     out.write(`${row.id}  user ${row.user}  client ${row.client}  scope "${row.scope}"  resources ${resources}  created ${row.created}  last refresh ${row.last_refresh ?? 'never'}\n`);
   }
-  out.write(`${rows.length} grant${rows.length === 1 ? '' : 's'}\n`);
+  out.write(`${counted(rows.length, 'grant')}\n`);
   return 0;
 }
-
-const revokedCount = (grants: number): string => `${grants} grant${grants === 1 ? '' : 's'} revoked`;
 
 export type RevokeTarget = { readonly grantId: string } | GrantFilter;
 
@@ -44,15 +45,15 @@ export async function revokeGrants(
   if ('grantId' in target) {
     const found = await store.findGrant(target.grantId, now);
     if (found !== undefined) await store.revokeGrant(target.grantId);
-    out.write(`${revokedCount(found === undefined ? 0 : 1)}\n`);
+    out.write(`${counted(found === undefined ? 0 : 1, 'grant')} revoked\n`);
     // As `keys retire` says of a kid: exit 1 and why, so a script that mistyped an id does not take it for done.
     if (found === undefined) err.write(`pinpoint: there is no live grant ${target.grantId}\n`);
     return found === undefined ? 1 : 0;
   }
-  out.write(`${revokedCount(await store.revokeGrants(target))}\n`);
+  out.write(`${counted(await store.revokeGrants(target), 'grant')} revoked\n`);
   if (target.subject !== undefined) {
     const sessions = await store.deleteSessionsOf(target.subject);
-    out.write(`${sessions} session${sessions === 1 ? '' : 's'} ended\n`);
+    out.write(`${counted(sessions, 'session')} ended\n`);
   }
   if (target.clientId !== undefined && (await store.deleteRegisteredClient(target.clientId))) out.write('1 registered client removed\n');
   return 0;
