@@ -144,6 +144,9 @@ describe('POST /register (RFC 7591)', () => {
       [{ redirect_uris: ['javascript:alert(1)'] }, 'invalid_redirect_uri'],
       [{ redirect_uris: ['data:text/html,hi'] }, 'invalid_redirect_uri'],
       [{ redirect_uris: ['file:///etc/passwd'] }, 'invalid_redirect_uri'],
+      // Never a stranger's redirect target: the error redirects of /authorize would launch them from this origin.
+      [{ redirect_uris: ['ms-msdt:/id PCWDiagnostic'] }, 'invalid_redirect_uri'],
+      [{ redirect_uris: ['search-ms:query=invoice&crumb=location:\\\\evil.example\\share'] }, 'invalid_redirect_uri'],
       [{ redirect_uris: ['http://app.example.org/cb'] }, 'invalid_redirect_uri'],
       [{ redirect_uris: ['https://app.example.org/cb#frag'] }, 'invalid_redirect_uri'],
       [{ redirect_uris: [CALLBACK], application_type: 'web' }, 'invalid_redirect_uri'],

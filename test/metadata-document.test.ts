@@ -394,7 +394,7 @@ describe('document rules without the network', () => {
   };
 
   test('redirect URIs: https, loopback http and private-use schemes pass; dangerous ones do not', () => {
-    for (const uri of ['https://app.example/cb', 'http://127.0.0.1:33418/cb', 'http://[::1]/cb', 'http://localhost:8080/cb', 'cursor://cb', 'com.example.app:/cb', 'vscode://vscode.github-authentication/did-authenticate']) {
+    for (const uri of ['https://app.example/cb', 'http://127.0.0.1:33418/cb', 'http://[::1]/cb', 'http://localhost:8080/cb', 'cursor://cb', 'com.example.app:/cb', 'vscode://vscode.github-authentication/did-authenticate', 'claude://callback', 'msteams.example:/cb']) {
       assert.equal(check({ redirect_uris: [uri] }).ok, true, uri);
     }
     const refused: Array<[string, RegExp]> = [
@@ -403,6 +403,14 @@ describe('document rules without the network', () => {
       ['data:text/html,hi', /data: scheme/],
       ['file:///etc/passwd', /file: scheme/],
       ['vbscript:msgbox(1)', /vbscript: scheme/],
+      // The operating system's own handlers, launched from this server's origin: Follina, search to a remote share.
+      ['ms-msdt:/id PCWDiagnostic', /ms-msdt: scheme \(a handler of the operating system/],
+      ['MS-OfficeCmd:{"id":3}', /ms-officecmd: scheme/],
+      ['search-ms:query=invoice&crumb=location:\\\\evil.example\\share', /search-ms: scheme/],
+      ['shell:startup', /shell: scheme/],
+      ['intent://scan/?package=com.example', /intent: scheme/],
+      ['smb://evil.example/share', /smb: scheme/],
+      ['chrome://settings', /chrome: scheme/],
       ['http://app.example/cb', /plain http only for a loopback host/],
       ['https://app.example/cb#frag', /fragment/],
       ['/relative/cb', /not an absolute URI/],

@@ -51,6 +51,25 @@ export const isLoopbackRedirect = (uri: string): boolean => LOOPBACK.test(uri);
 /** Schemes that run code or read local data: never a redirect URI (RFC 8252 §8.4, DESIGN.md §9). */
 const NEVER_SCHEMES = new Set(['javascript:', 'data:', 'file:', 'vbscript:', 'blob:', 'about:', 'filesystem:', 'ws:', 'wss:', 'ftp:']);
 
+/**
+ * The operating system's and browser's own handlers, not a native app's (RFC 8252 §7.1 names an app's scheme after a
+ * domain it controls): a stranger's registration must not make this server's origin launch them. Windows' `ms-*`
+ * family (ms-msdt was CVE-2022-30190, ms-officecmd opens Office on a remote file), its shell, search and help
+ * handlers, remote file shares (an NTLM hash leaks to a hostile share), Android intents and the browser's own pages.
+ */
+const SYSTEM_HANDLER_SCHEMES = new Set([
+  'search-ms:', 'search:', 'shell:', 'hcp:', 'its:', 'mk:', 'res:', 'jar:', 'view-source:', 'intent:',
+  'smb:', 'nfs:', 'afp:', 'ldap:', 'ldaps:', 'telnet:', 'gopher:',
+  'chrome:', 'chrome-extension:', 'edge:', 'microsoft-edge:', 'moz-extension:', 'opera:', 'brave:',
+]);
+
+/** Why a scheme can never be a dynamic client's redirect URI's, or undefined. */
+function refusedScheme(protocol: string): string | undefined {
+  if (NEVER_SCHEMES.has(protocol)) return `must not use the ${protocol} scheme`;
+  if (SYSTEM_HANDLER_SCHEMES.has(protocol) || protocol.startsWith('ms-')) return `must not use the ${protocol} scheme (a handler of the operating system or browser, not of an app)`;
+  return undefined;
+}
+
 // RFC 3986 §3.1: an absolute URI starts with a scheme.
 const HAS_SCHEME = /^[A-Za-z][A-Za-z0-9+.-]*:/;
 
@@ -64,7 +83,8 @@ export function dynamicRedirectUriProblem(uri: string, applicationType?: 'native
   if (uri.includes('#')) return 'must not contain a fragment';
   const url = new URL(uri);
   if (url.port === '0') return 'must not name port 0 (a port is 1 to 65535)';
-  if (NEVER_SCHEMES.has(url.protocol)) return `must not use the ${url.protocol} scheme`;
+  const scheme = refusedScheme(url.protocol);
+  if (scheme !== undefined) return scheme;
   if (url.username !== '' || url.password !== '') return 'must not contain a user name or password';
   if (url.protocol === 'https:') return undefined;
   if (applicationType === 'web') return "must be https: a web client's redirect URIs are";
