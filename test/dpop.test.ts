@@ -1,6 +1,6 @@
 /** DPoP (RFC 9449, DESIGN.md §13) at /token, /userinfo and /introspect over HTTP, on every store. */
 import assert from 'node:assert/strict';
-import { randomUUID } from 'node:crypto';
+import { randomBytes, randomUUID } from 'node:crypto';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -8,6 +8,7 @@ import { after, before, describe, test } from 'node:test';
 import type { FastifyInstance, LightMyRequestResponse } from 'fastify';
 import { importJWK, SignJWT } from 'jose';
 import type { Config } from '../src/config/types.js';
+import { rememberedProofKeys } from '../src/crypto/dpop.js';
 import { createLogger } from '../src/log.js';
 import { openStore } from '../src/store/open.js';
 import type { Store } from '../src/store/types.js';
@@ -122,6 +123,25 @@ for (const kind of STORE_KINDS) {
       assert.equal(bearer.json().token_type, 'Bearer');
       assert.equal(claimsOf(bearer.json().access_token).cnf, undefined);
       assert.equal((await introspect(bearer.json().access_token)).json().token_type, 'Bearer');
+    });
+
+    test("a stranger's keys fill no memory: a proof whose signature fails leaves its key unremembered, and an RSA key over 4,096 bits is refused unimported", async () => {
+      const before = rememberedProofKeys();
+      for (let i = 0; i < 5; i += 1) {
+        const fresh = await newKey('ES256');
+        const [head, body] = (await proof(fresh, { htu: TOKEN })).split('.');
+        const forged = `${head}.${body}.${Buffer.alloc(64, i + 1).toString('base64url')}`;
+        assertProofRefused(await token(t.app, clientCredentials, { dpop: forged }), /signature does not verify/);
+      }
+      assert.equal(rememberedProofKeys(), before, 'no key of a refused proof is kept');
+      const huge = { kty: 'RSA', e: 'AQAB', n: randomBytes(1024).toString('base64url') };
+      const rsaHeader = Buffer.from(JSON.stringify({ typ: 'dpop+jwt', alg: 'RS256', jwk: huge })).toString('base64url');
+      const rsaBody = Buffer.from(JSON.stringify({ jti: randomUUID(), htm: 'POST', htu: TOKEN, iat: Math.floor(Date.now() / 1000) })).toString('base64url');
+      assertProofRefused(await token(t.app, clientCredentials, { dpop: `${rsaHeader}.${rsaBody}.${Buffer.alloc(1024).toString('base64url')}` }), /usable public key/);
+      // A proof that verifies is what makes its key remembered.
+      const good = await token(t.app, clientCredentials, { dpop: await proof(await newKey('ES256'), { htu: TOKEN }) });
+      assert.equal(good.statusCode, 200, good.body);
+      assert.equal(rememberedProofKeys(), before + 1);
     });
 
     test('a key is remembered once imported, yet every proof is verified: a forged proof carrying a remembered key is refused', async () => {

@@ -43,26 +43,35 @@ const KEY_MEMBERS: Readonly<Record<string, readonly string[]>> = { EC: ['crv', '
 
 /** Keys imported from proofs, remembered: a client sends one key with every proof. Bounded, oldest out first. */
 const REMEMBERED_KEYS = 10_000;
-const importedKeys = new Map<string, Promise<{ readonly key: CryptoKey | KeyObject | Uint8Array; readonly jkt: string }>>();
+type ImportedKey = { readonly key: CryptoKey | KeyObject | Uint8Array; readonly jkt: string };
+const importedKeys = new Map<string, ImportedKey>();
+
+/** How many proof keys are remembered now (tests: a refused proof's key is not). */
+export const rememberedProofKeys = (): number => importedKeys.size;
+
+/** RSA keys up to 4,096 bits (a modulus of 683 base64url characters): a larger one costs a stranger nothing to send and us much to import and check. */
+const MAX_RSA_MODULUS_CHARS = Math.ceil((4096 / 8) * (4 / 3));
 
 /**
  * The proof's key, imported by jose once per key and algorithm (importing costs about as much as verifying), with its
  * RFC 7638 thumbprint; only the members that define the key are read, so the remembered key is exactly the one used.
+ * `remember` keeps it, called once a proof signed by it verified: a stranger's unverified keys never fill the memory.
  */
-function proofKey(jwk: Record<string, unknown>, alg: string): Promise<{ readonly key: CryptoKey | KeyObject | Uint8Array; readonly jkt: string }> {
+async function proofKey(jwk: Record<string, unknown>, alg: string): Promise<ImportedKey & { readonly remember: () => void }> {
   const members = KEY_MEMBERS[String(jwk.kty)];
-  if (members === undefined || members.some((member) => typeof jwk[member] !== 'string')) return Promise.reject(new Error('unusable jwk'));
+  if (members === undefined || members.some((member) => typeof jwk[member] !== 'string')) throw new Error('unusable jwk');
+  if (jwk.kty === 'RSA' && (jwk.n as string).length > MAX_RSA_MODULUS_CHARS) throw new Error('unusable jwk');
   const publicJwk = Object.fromEntries(members.map((member) => [member, jwk[member]])) as JWK;
   const cacheKey = `${alg}:${JSON.stringify(publicJwk)}`;
-  let imported = importedKeys.get(cacheKey);
-  if (imported === undefined) {
-    imported = Promise.all([importJWK(publicJwk, alg), calculateJwkThumbprint(publicJwk, 'sha256')]).then(([key, jkt]) => ({ key, jkt }));
-    // A key that fails to import is not remembered: the next proof tries again and is refused again.
-    imported.catch(() => importedKeys.delete(cacheKey));
+  const known = importedKeys.get(cacheKey);
+  if (known !== undefined) return { ...known, remember: () => undefined };
+  const [key, jkt] = await Promise.all([importJWK(publicJwk, alg), calculateJwkThumbprint(publicJwk, 'sha256')]);
+  const remember = (): void => {
+    if (importedKeys.has(cacheKey)) return;
     if (importedKeys.size >= REMEMBERED_KEYS) importedKeys.delete(importedKeys.keys().next().value as string);
-    importedKeys.set(cacheKey, imported);
-  }
-  return imported;
+    importedKeys.set(cacheKey, { key, jkt });
+  };
+  return { key, jkt, remember };
 }
 
 /** RFC 9449 §4.3: htu is compared without query and fragment, after URL normalisation (scheme and host case, default port). */
@@ -108,7 +117,7 @@ export async function verifyDpopProof(proof: string, expected: ProofExpectation)
   let payload: JWTPayload;
   let jkt: string;
   try {
-    const { key, jkt: thumbprint } = await proofKey(jwk as Record<string, unknown>, header.alg);
+    const { key, jkt: thumbprint, remember } = await proofKey(jwk as Record<string, unknown>, header.alg);
     jkt = thumbprint;
     ({ payload } = await jwtVerify(proof, key, {
       typ: 'dpop+jwt',
@@ -116,6 +125,7 @@ export async function verifyDpopProof(proof: string, expected: ProofExpectation)
       requiredClaims: ['jti', 'htm', 'htu', 'iat'],
       currentDate: new Date(expected.now),
     }));
+    remember();
   } catch (error) {
     return refuse(joseReason(error));
   }
