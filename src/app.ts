@@ -103,7 +103,7 @@ function failureLimits(services: AppServices): FailureLimits {
 
 /** The front every form endpoint shares: the failure counter and its two limits (DESIGN.md §7), the clock. */
 function formFront(services: AppServices): FormEndpointDeps {
-  return { failures: services.failures, limits: failureLimits(services), now: services.now };
+  return { failures: services.failures, limits: failureLimits(services), now: services.now, fetchesToResolve: (clientId) => services.clients.fetchesToResolve(clientId) };
 }
 
 function metadataDocument(services: AppServices): MetadataDocumentDeps {

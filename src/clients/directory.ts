@@ -12,7 +12,7 @@ import type { RegisteredClientRecord, RegisteredClientStore } from '../store/typ
 import type { MetadataDocument, MetadataDocuments } from './metadata-document.js';
 
 /** What fetches, checks and caches client ID metadata documents and their key sets (metadata-document.ts). */
-export type DocumentResolver = Pick<MetadataDocuments, 'resolve' | 'cachedDocument' | 'resolveKeySet'>;
+export type DocumentResolver = Pick<MetadataDocuments, 'resolve' | 'cachedDocument' | 'resolveKeySet' | 'wouldFetch'>;
 
 export type ClientResolution =
   | { readonly found: true; readonly client: ClientRecord }
@@ -153,6 +153,17 @@ export class ClientDirectory {
   /** Whether a browser script from `origin` may call the token-ish endpoints. */
   isClientOrigin(origin: string): boolean {
     return this.#configuredOrigins.has(origin) || this.#origins.has(origin);
+  }
+
+  /**
+   * Whether resolving `clientId` now would fetch a metadata document: work a stranger makes the server do, so the
+   * endpoints count it against the address before it starts (DESIGN.md §9). Synchronous, so no request slips between.
+   */
+  fetchesToResolve(clientId: string): boolean {
+    if (this.#config.clients.has(clientId) || !isDocumentUrl(clientId)) return false;
+    const dynamic = this.#config.dynamicClients;
+    if (dynamic === undefined || !dynamic.metadataDocuments || this.#documents === undefined) return false;
+    return this.#documents.wouldFetch(clientId);
   }
 
   /** The client `clientId` names, or why it cannot be used. */

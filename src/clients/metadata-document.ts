@@ -201,6 +201,13 @@ class FetchCache<T> {
     }
   }
 
+  /** Whether `get` would fetch now: nothing fresh is remembered for `url` and no fetch of it is in flight. */
+  wouldFetch(url: string): boolean {
+    const remembered = this.#remembered.get(url);
+    if (remembered !== undefined && remembered.expiresAt > this.now()) return false;
+    return !this.#inFlight.has(url);
+  }
+
   /** A remembered, fresh, acceptable answer; never fetches. */
   peek(url: string): ({ readonly ok: true } & T) | undefined {
     const remembered = this.#remembered.get(url);
@@ -252,6 +259,11 @@ export class MetadataDocuments {
         return check.ok ? check : { ok: false, reason: `is not acceptable: ${check.reason}` };
       }),
     );
+  }
+
+  /** Whether resolve(clientId) would fetch now (a well-formed URL, nothing fresh remembered, no fetch in flight). */
+  wouldFetch(clientId: string): boolean {
+    return documentUrlProblem(clientId) === undefined && this.#documents.wouldFetch(clientId);
   }
 
   /** The document `clientId` names if a fetch of it is remembered and still fresh; never fetches (DESIGN.md §7: /logout). */

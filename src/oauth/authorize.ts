@@ -117,11 +117,12 @@ async function acceptedRequest(deps: AuthorizeRouteDeps, request: FastifyRequest
   const clientId = sent.get('client_id')?.length === 1 ? single(sent, 'client_id') : undefined;
   const limited = tooManyFailures(deps.failures, deps.limits, request.ip, clientId, deps.now());
   if (limited !== undefined) return { refused: sendErrorPage(reply, limited) };
+  // A metadata document fetch is work an address makes the server do: it counts like a failure (DESIGN.md §9), in the
+  // same step as the check, so parallel requests cannot all pass it before one is counted.
+  if (clientId !== undefined && isDocumentUrl(clientId)) countAgainstAddress(deps.failures, request.ip, deps.now());
   const chosen = await requestParameters(deps, sent, clientId);
   if (chosen instanceof OAuthError) return { refused: refuse(deps, request, reply, clientId, { ok: false, page: chosen }) };
   const { params, pushed } = chosen;
-  // A metadata document fetch is work an address makes the server do: it counts like a failure (DESIGN.md §9).
-  if (clientId !== undefined && isDocumentUrl(clientId)) countAgainstAddress(deps.failures, request.ip, deps.now());
   const resolution = clientId === undefined ? { found: false as const } : await deps.clients.resolve(clientId);
   const validation = validateAuthorizationRequest(params, resolution, deps.issuer, pushed === undefined ? 'authorize' : 'pushed');
   if (!validation.ok) return { refused: refuse(deps, request, reply, clientId, validation) };

@@ -1,7 +1,7 @@
 /** The common front of the form-posting OAuth endpoints (/token, /device_authorization). */
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { OAuthError } from '../policy/oauth-error.js';
-import { countFailure, tooManyFailures, type FailureLimits } from '../http/failure-limit.js';
+import { countAgainstAddress, countFailure, tooManyFailures, type FailureLimits } from '../http/failure-limit.js';
 import { checkLimits, EMPTY_PARAMS, repeatedParameter, type Params } from '../http/params.js';
 import { sendJsonError, toOAuthError } from '../http/render-error.js';
 import type { FixedWindowLimiter } from '../http/rate-limit.js';
@@ -12,6 +12,8 @@ export interface FormEndpointDeps {
   readonly failures: FixedWindowLimiter;
   readonly limits: FailureLimits;
   readonly now: () => number;
+  /** Whether resolving this client_id would fetch its metadata document now (clients/directory.ts). */
+  readonly fetchesToResolve: (clientId: string) => boolean;
 }
 
 /** Content type, limits, repeats and rate limits, then `handle`; every error rendered as JSON in one place. */
@@ -28,6 +30,9 @@ export async function handleFormEndpoint(
   try {
     const limited = tooManyFailures(deps.failures, deps.limits, request.ip, clientId, deps.now());
     if (limited !== undefined) throw limited;
+    // DESIGN.md §9: a document fetch counts against the address, before it starts and in the same step as the check,
+    // so neither a success nor a burst of parallel requests makes the server fetch beyond the address's limit.
+    if (clientId !== undefined && deps.fetchesToResolve(clientId)) countAgainstAddress(deps.failures, request.ip, deps.now());
     if (request.headers['content-type'] === undefined && request.body === undefined) {
       throw new OAuthError('invalid_request', 'the body must be application/x-www-form-urlencoded', 415);
     }

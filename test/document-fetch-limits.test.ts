@@ -1,0 +1,153 @@
+/**
+ * DESIGN.md §9: a client ID metadata document fetch counts toward the address's limits, at every endpoint that
+ * resolves a client, and before the fetch starts: a stranger naming a new document URL in each request makes the
+ * server fetch at most address_failures documents per window, whether the requests succeed (/revoke answers 200) or
+ * come all at once. Found by an audit: the form endpoints counted nothing on success and checked before any count.
+ * The documents come from a real HTTPS server on 127.0.0.1 (allow_private_addresses), which counts what it is asked.
+ */
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import { createServer, type Server } from 'node:https';
+import type { AddressInfo } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, before, describe, test } from 'node:test';
+import type { FastifyInstance, LightMyRequestResponse } from 'fastify';
+import { buildApp } from '../src/app.js';
+import { MetadataDocuments } from '../src/clients/metadata-document.js';
+import { MemoryStore } from '../src/store/memory.js';
+import { form, testConfig } from './helpers/app.js';
+import { loadSigningKeys } from './helpers/keys.js';
+
+const ADDRESS_FAILURES = 3;
+
+let folder = '';
+let server: Server;
+let origin = '';
+let cert: Buffer;
+let fetches = 0;
+/** How long the document server holds each answer: long enough that parallel requests overlap. */
+let holdMs = 0;
+
+before(async () => {
+  folder = await mkdtemp(join(tmpdir(), 'pinpoint-fetch-limits-'));
+  execFileSync('openssl', ['req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:P-256', '-nodes', '-days', '1',
+    '-subj', '/CN=127.0.0.1', '-addext', 'subjectAltName=IP:127.0.0.1',
+    '-keyout', join(folder, 'key.pem'), '-out', join(folder, 'cert.pem')], { stdio: 'ignore' });
+  cert = await readFile(join(folder, 'cert.pem'));
+  // Every path is a good, cacheable document of its own URL: any fetch succeeds, so only the limits stop them.
+  server = createServer({ key: await readFile(join(folder, 'key.pem')), cert }, (request, response) => {
+    fetches += 1;
+    const body = { client_id: `${origin}${request.url ?? ''}`, redirect_uris: ['http://127.0.0.1/callback'] };
+    const send = (): void => void response.writeHead(200, { 'content-type': 'application/json', 'cache-control': 'max-age=3600' }).end(JSON.stringify(body));
+    if (holdMs > 0) setTimeout(send, holdMs);
+    else send();
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  origin = `https://127.0.0.1:${(server.address() as AddressInfo).port}`;
+});
+
+after(async () => {
+  server.closeAllConnections();
+  await new Promise((resolve) => server.close(resolve));
+  await rm(folder, { recursive: true, force: true });
+});
+
+let made = 0;
+/** A document URL never asked for before, so resolving it fetches. */
+const newDocumentUrl = (): string => `${origin}/client-${(made += 1)}/metadata.json`;
+
+/** A fresh app (fresh limits) with metadata documents on and address_failures = ADDRESS_FAILURES. */
+async function withApp(run: (app: FastifyInstance) => Promise<void>): Promise<void> {
+  const base = await testConfig();
+  const config = await testConfig({
+    limits: { ...base.limits, addressFailures: ADDRESS_FAILURES },
+    dynamicClients: {
+      audience: ['https://mcp.example.org/mcp'],
+      metadataDocuments: true,
+      registration: 'off',
+      scopes: ['openid', 'mcp'],
+      defaultScope: ['mcp'],
+      refreshReuseGraceMs: 0,
+      allowPrivateAddresses: true,
+    },
+  });
+  const documents = new MetadataDocuments({ allowPrivateAddresses: true, ca: cert });
+  const store = new MemoryStore();
+  const { app } = await buildApp({ config, store, keys: await loadSigningKeys(store), documents });
+  await app.ready();
+  try {
+    await run(app);
+  } finally {
+    await app.close();
+    await documents.close();
+  }
+}
+
+const post = (app: FastifyInstance, url: string, pairs: [string, string][]): Promise<LightMyRequestResponse> =>
+  app.inject({ method: 'POST', url, headers: { 'content-type': 'application/x-www-form-urlencoded' }, payload: form(pairs) });
+
+const statusCounts = (responses: readonly LightMyRequestResponse[]): Record<number, number> =>
+  responses.reduce<Record<number, number>>((counts, response) => ({ ...counts, [response.statusCode]: (counts[response.statusCode] ?? 0) + 1 }), {});
+
+describe('metadata document fetches count against the address, before they start', () => {
+  test('/revoke, which answers 200 whatever the token: one address makes at most address_failures fetches', async () => {
+    await withApp(async (app) => {
+      const before = fetches;
+      const responses: LightMyRequestResponse[] = [];
+      for (let i = 0; i < 20; i += 1) responses.push(await post(app, '/revoke', [['client_id', newDocumentUrl()], ['token', 'anything']]));
+      assert.equal(fetches - before, ADDRESS_FAILURES, JSON.stringify(statusCounts(responses)));
+      assert.deepEqual(statusCounts(responses), { 200: ADDRESS_FAILURES, 429: 20 - ADDRESS_FAILURES });
+    });
+  });
+
+  test('a burst at /token, /par, /introspect, /device_authorization and /revoke at once: the fetches stop at the limit', async () => {
+    holdMs = 300;
+    try {
+      await withApp(async (app) => {
+        const before = fetches;
+        const endpoints = ['/token', '/par', '/introspect', '/device_authorization', '/revoke'];
+        const responses = await Promise.all(
+          Array.from({ length: 50 }, (_, i) =>
+            post(app, endpoints[i % endpoints.length] as string, [['client_id', newDocumentUrl()], ['grant_type', 'authorization_code'], ['code', 'x'], ['token', 'y'], ['response_type', 'code']]),
+          ),
+        );
+        assert.equal(fetches - before, ADDRESS_FAILURES, JSON.stringify(statusCounts(responses)));
+        assert.equal(statusCounts(responses)[429], 50 - ADDRESS_FAILURES);
+      });
+    } finally {
+      holdMs = 0;
+    }
+  });
+
+  test('a document already fetched costs nothing more: its client goes on using it', async () => {
+    await withApp(async (app) => {
+      const known = newDocumentUrl();
+      const before = fetches;
+      for (let i = 0; i < 10; i += 1) {
+        const response = await post(app, '/revoke', [['client_id', known], ['token', 'anything']]);
+        assert.equal(response.statusCode, 200, `request ${i + 1}: ${response.body}`);
+      }
+      assert.equal(fetches - before, 1);
+    });
+  });
+
+  test('/authorize: a burst of requests naming new documents fetches at most address_failures of them', async () => {
+    holdMs = 300;
+    try {
+      await withApp(async (app) => {
+        const before = fetches;
+        const responses = await Promise.all(
+          Array.from({ length: 20 }, () =>
+            app.inject({ url: `/authorize?${new URLSearchParams({ response_type: 'code', client_id: newDocumentUrl(), redirect_uri: 'http://127.0.0.1/callback' })}` }),
+          ),
+        );
+        assert.equal(fetches - before, ADDRESS_FAILURES, JSON.stringify(statusCounts(responses)));
+        assert.equal(statusCounts(responses)[429], 20 - ADDRESS_FAILURES);
+      });
+    } finally {
+      holdMs = 0;
+    }
+  });
+});
