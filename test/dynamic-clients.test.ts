@@ -260,6 +260,24 @@ describe('a registered MCP host signs a person in', () => {
     assert.equal(response.headers.location, undefined);
   });
 
+  test("CORS knows a dynamic client's https origin once a person authorized it, not because someone named it (an audit: strangers' lookups pushed real origins out)", async () => {
+    const WEB = 'https://web.example.org';
+    const browserClient = await registerMcpHost(t.app, { redirect_uris: [CALLBACK, `${WEB}/cb`] });
+    const preflight = (): Promise<LightMyRequestResponse> =>
+      t.app.inject({ method: 'OPTIONS', url: '/token', headers: { origin: WEB, 'access-control-request-method': 'POST' } });
+    assert.equal((await preflight()).headers['access-control-allow-origin'], undefined, 'registered, never used');
+    // A stranger naming the client (here /revoke answers 200 to anything) looks it up, and teaches CORS nothing.
+    const named = await t.app.inject({ method: 'POST', url: '/revoke', headers: { 'content-type': 'application/x-www-form-urlencoded' }, payload: form([['client_id', browserClient], ['token', 'x']]) });
+    assert.equal(named.statusCode, 200, named.body);
+    assert.equal((await preflight()).headers['access-control-allow-origin'], undefined, 'named by a stranger');
+    const denied = await authorizeAsBrowser(t.app, browserClient, { port: 40011, decision: 'deny' });
+    assert.equal(denied.location.searchParams.get('error'), 'access_denied');
+    assert.equal((await preflight()).headers['access-control-allow-origin'], undefined, 'refused by the person');
+    const allowed = await authorizeAsBrowser(t.app, browserClient, { port: 40012 });
+    assert.ok(allowed.location.searchParams.get('code'));
+    assert.equal((await preflight()).headers['access-control-allow-origin'], WEB, 'authorized: its page may now exchange the code');
+  });
+
   test('refresh reuse grace: the rotated token again within the grace gets a sibling; the grant stays alive; after the grace, reuse revokes', async () => {
     let now = Date.now();
     const clock = await testApp({ config: await dynamicConfig(), now: () => now });

@@ -123,14 +123,14 @@ function documentKeys(document: MetadataDocument): AssertionKeys | undefined {
   return document.jwks_uri === undefined ? undefined : { jwksUri: document.jwks_uri };
 }
 
-/** At most this many origins of dynamic clients are kept for CORS (oldest dropped first). */
+/** At most this many origins of dynamic clients are kept for CORS (the least recently used dropped first). */
 const MAX_DYNAMIC_ORIGINS = 10_000;
 
 export class ClientDirectory {
   readonly #config: Config;
   readonly #registered: RegisteredClientStore;
   readonly #documents: DocumentResolver | undefined;
-  /** Origins of configured clients' redirect URIs, and of dynamic clients' https ones seen here (DESIGN.md §9 CORS). */
+  /** Origins of dynamic clients' https redirect URIs, remembered once they are in use here (DESIGN.md §9 CORS). */
   readonly #origins = new Set<string>();
   readonly #configuredOrigins: ReadonlySet<string>;
   readonly #keySets: ClientKeySets;
@@ -176,7 +176,7 @@ export class ClientDirectory {
       if (!dynamic.metadataDocuments || this.#documents === undefined) return { found: false };
       const resolved = await this.#documents.resolve(clientId);
       if (!resolved.ok) return { found: false, reason: resolved.reason };
-      return this.#seen(documentClient(dynamic, resolved.document));
+      return { found: true, client: documentClient(dynamic, resolved.document) };
     }
     return this.#registeredResolution(dynamic, clientId);
   }
@@ -204,7 +204,7 @@ export class ClientDirectory {
   async #registeredResolution(dynamic: DynamicClientsConfig, clientId: string): Promise<ClientResolution> {
     if (dynamic.registration === 'off' || !REGISTERED_ID.test(clientId)) return { found: false };
     const record = await this.#registered.findRegisteredClient(clientId);
-    return record === undefined ? { found: false } : this.#seen(registeredClient(dynamic, record));
+    return record === undefined ? { found: false } : { found: true, client: registeredClient(dynamic, record) };
   }
 
   /**
@@ -233,14 +233,20 @@ export class ClientDirectory {
     return resolution.found ? resolution.client : undefined;
   }
 
-  #seen(client: ClientRecord): ClientResolution {
+  /**
+   * Remembers a dynamic client's https redirect origins for CORS (DESIGN.md §9), once a person has authorized it or it
+   * has used a grant: never on a mere lookup, so a stranger naming clients cannot push a real client's origin out.
+   * Most recently used last, so the origins forgotten first are those of clients no longer in use.
+   */
+  rememberOrigins(client: ClientRecord): void {
+    if (client.dynamic === undefined) return;
     for (const uri of client.redirectUris) {
       if (!uri.startsWith('https://')) continue;
       const origin = new URL(uri).origin;
+      this.#origins.delete(origin);
       if (this.#origins.size >= MAX_DYNAMIC_ORIGINS) this.#origins.delete(this.#origins.values().next().value as string);
       this.#origins.add(origin);
     }
-    return { found: true, client };
   }
 }
 

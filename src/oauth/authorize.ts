@@ -41,7 +41,7 @@ export type AuthorizeStores = SessionStore & LoginRequestStore & AuthorizationCo
 export interface AuthorizeRouteDeps {
   readonly store: AuthorizeStores;
   /** Clients by client_id: resolved once per request (dynamic clients need I/O), found again at resume. */
-  readonly clients: Pick<ClientDirectory, 'resolve' | 'find'>;
+  readonly clients: Pick<ClientDirectory, 'resolve' | 'find' | 'rememberOrigins'>;
   readonly issuer: string;
   readonly now: () => number;
   readonly cookies: CookieSettings;
@@ -79,6 +79,8 @@ async function finish(deps: AuthorizeRouteDeps, request: FastifyRequest, reply: 
   request.outcome = 'ok';
   const now = deps.now();
   const redirect = await completeAuthorization(deps.store, deps.issuer, authorization, session, now);
+  // Its page at the redirect URI exchanges the code next, from a browser: CORS must know its origin by then.
+  deps.clients.rememberOrigins(client);
   // A registered client lives while grants of it are made (DESIGN.md §9 clean-up); a grant lasts its refresh lifetime.
   if (client.dynamic?.source === 'registration') {
     await deps.store.keepRegisteredClient(client.clientId, now + (refreshLifetimeOf(client) ?? 0) + UNUSED_REGISTRATION_MS);

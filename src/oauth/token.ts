@@ -30,7 +30,7 @@ export type GrantTable = ReadonlyMap<string, GrantHandler<unknown>>;
 export interface TokenRouteDeps extends FormEndpointDeps {
   readonly store: TokenStores;
   /** Clients by client_id, and the keys a private_key_jwt client's assertion is checked with (DESIGN.md §13). */
-  readonly clients: Pick<ClientDirectory, 'find' | 'assertionKeysOf'>;
+  readonly clients: Pick<ClientDirectory, 'find' | 'assertionKeysOf' | 'rememberOrigins'>;
   readonly issuer: string;
   /** The keys in use now, read at each use: keys rotate while the server runs. */
   readonly keys: () => SigningKeys;
@@ -78,6 +78,8 @@ export function tokenRoutes(deps: TokenRouteDeps): FastifyPluginAsync {
         // The request's one-time credentials are used up, all or none, before it changes state (a replay's revocation included).
         const beforeChanges = (): Promise<void> => useCredentialsOnce(store, { assertion: assertionReplay, proof: proof?.replay }, now);
         const body = await runGrant(handler, store, deps.metrics, { client, params, now, log: request.log, audit, beforeChanges, ...(proof !== undefined && { proofKey: proof.jkt }) });
+        // A client that used a grant here is in use: its origins stay known to this process (another worker's, a restart's).
+        deps.clients.rememberOrigins(client);
         return { body };
       }),
     );
