@@ -311,3 +311,29 @@ for (const shared of SHARED) {
     });
   });
 }
+
+for (const kind of STORE_KINDS) {
+  describe(`PAR pushes against the address limit on the ${kind.name} store`, { skip: kind.skip }, () => {
+    const LIMIT = 5;
+    let t: TestApp;
+    const metrics = createMetrics({ processMetrics: false });
+    appPerSuite(
+      kind,
+      async () => {
+        const base = await config();
+        return { config: { ...base, limits: { ...base.limits, addressFailures: LIMIT } }, metrics };
+      },
+      (opened) => {
+        t = opened;
+      },
+    );
+
+    test('a burst of pushes at once keeps at most address_failures of them (each counted before it is written, an audit found them counted after)', async () => {
+      const responses = await Promise.all(Array.from({ length: 30 }, () => push(t.app, authorizationPairs('spa'))));
+      const created = responses.filter((response) => response.statusCode === 201).length;
+      assert.equal(created, LIMIT, responses.map((response) => response.statusCode).join(','));
+      assert.ok(responses.every((response) => response.statusCode === 201 || response.statusCode === 429));
+      assert.equal(await pushesStored(metrics), LIMIT, 'nothing more was written');
+    });
+  });
+}
