@@ -207,3 +207,34 @@ describe('/userinfo and tokens with no person (DESIGN.md §7)', () => {
     }
   });
 });
+
+describe('/userinfo and exchanged tokens (DESIGN.md §12)', () => {
+  test("an exchanged token gets no claims, even when the exchanging client holds the person's grant itself (an audit: its own revocation went unseen there)", async () => {
+    const base = await testConfig();
+    const webapp = base.clients.get('webapp');
+    assert.ok(webapp !== undefined);
+    // webapp may exchange tokens addressed to its own first audience entry: the grant holder and the caller are one.
+    const { app } = await testApp({ config: { ...base, clients: new Map(base.clients).set('webapp', { ...webapp, tokenExchange: { subjectAudience: [AUDIENCE[0] as string] } }) } });
+    try {
+      const person = (await exchangeCode(app, await signInForCode(app, { scope: 'openid profile email' }))).json() as { access_token: string };
+      const exchanged = await postToken(app, [
+        ['grant_type', 'urn:ietf:params:oauth:grant-type:token-exchange'],
+        ['subject_token', person.access_token],
+        ['subject_token_type', 'urn:ietf:params:oauth:token-type:access_token'],
+      ]);
+      assert.equal(exchanged.statusCode, 200, exchanged.body);
+      const hop = exchanged.json().access_token as string;
+      const userinfo = (): Promise<LightMyRequestResponse> => app.inject({ url: '/userinfo', headers: { authorization: `Bearer ${hop}` } });
+      const asked = await userinfo();
+      assert.equal(asked.statusCode, 401, asked.body);
+      assert.match(String(asked.headers['www-authenticate']), /made by token exchange/);
+      const revoked = await app.inject({ method: 'POST', url: '/revoke', headers: { authorization: basic('webapp', SECRET), 'content-type': 'application/x-www-form-urlencoded' }, payload: `token=${hop}` });
+      assert.equal(revoked.statusCode, 200);
+      assert.equal((await userinfo()).statusCode, 401);
+      // The person's own token still answers: only the exchanged one is refused.
+      assert.equal((await app.inject({ url: '/userinfo', headers: { authorization: `Bearer ${person.access_token}` } })).statusCode, 200);
+    } finally {
+      await app.close();
+    }
+  });
+});

@@ -92,6 +92,9 @@ async function tokenRefusal(deps: UserinfoRouteDeps, payload: JWTPayload, client
   if (client === undefined || payload.aud === undefined || typeof payload.sub !== 'string' || typeof payload.jti !== 'string') {
     return 'the access token is invalid or expired';
   }
+  // DESIGN.md §12: an exchanged token is for the one resource server it names, and can be revoked on its own (its
+  // jti), which the grant-holder check below would not see when the exchanging client holds the grant too.
+  if (payload.act !== undefined) return 'the access token was made by token exchange: it is for the resource server it names, not for /userinfo';
   // DESIGN.md §6, §8: a token of a revoked grant, or of a person or client no longer configured, has no claims here.
   if (!(await accessTokenStands(deps.tokenState, { jti: payload.jti, clientId: client.clientId }))) return 'the access token is no longer valid';
   if (!scope.includes('openid')) return 'the access token does not carry the openid scope';
