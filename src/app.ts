@@ -178,7 +178,8 @@ function devicePageDeps(services: AppServices, store: Store): DevicePageDeps {
     basePath: services.config.basePath,
     isKnownSubject: services.isKnownSubject,
     signInPage: services.signInPage,
-    limits: { userCodeFailures, userCodeWindowMs },
+    limits: { userCodeFailures, userCodeWindowMs, addressFailures: services.limits.addressFailures },
+    failures: services.failures,
   };
 }
 

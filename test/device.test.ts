@@ -215,8 +215,9 @@ describe('POST /device_authorization', () => {
 describe('device code polling (RFC 8628 §3.4-3.5)', () => {
   let t: Awaited<ReturnType<typeof deviceApp>>;
   before(async () => {
-    // A tight failure limit: waiting answers must not count as failures, or a polling device would be locked out.
-    t = await deviceApp({ limits: { clientFailures: 3, addressFailures: 3 } });
+    // A tight failure limit per client: waiting answers must not count as failures, or a polling device would be
+    // locked out. The address's is looser, as each device authorization these tests start counts against it.
+    t = await deviceApp({ limits: { clientFailures: 3, addressFailures: 20 } });
   });
   after(async () => t.app.close());
 
@@ -445,5 +446,35 @@ describe('device flow on a real SQLite file', () => {
     const refreshed = await refreshAsTv(t.app, tokens.json().refresh_token, []);
     assert.equal(refreshed.statusCode, 200, refreshed.body);
     assert.equal(claimsOf(refreshed.json().access_token).aud, API);
+  });
+});
+
+describe('what the device flow keeps counts against the address (DESIGN.md §4; an audit found both uncounted)', () => {
+  test('device authorizations: at most address_failures kept per address, even all at once', async () => {
+    const t = await deviceApp({ limits: { addressFailures: 4 } });
+    try {
+      const responses = await Promise.all(Array.from({ length: 12 }, () => authorizeDevice(t.app)));
+      assert.deepEqual(responses.map((response) => response.statusCode).sort(), [...Array(4).fill(200), ...Array(8).fill(429)]);
+    } finally {
+      await t.app.close();
+    }
+  });
+
+  test('POST /device with a good code and no session: each sign-in request it keeps counts, then the page says slow down', async () => {
+    const t = await deviceApp({ limits: { addressFailures: 4 } });
+    try {
+      const { userCode } = await startDevice(t.app);
+      const entry = await t.app.inject({ method: 'GET', url: '/device' });
+      const cookies = cookieJar('', entry);
+      const statuses: number[] = [];
+      for (let i = 0; i < 6; i += 1) {
+        const submitted = await t.app.inject({ method: 'POST', url: '/device', headers: { ...FORM, cookie: cookies }, payload: form([['csrf', hiddenInput(entry.body, 'csrf')], ['user_code', userCode]]) });
+        statuses.push(submitted.statusCode);
+      }
+      // One of the four went to the device authorization itself.
+      assert.deepEqual(statuses, [303, 303, 303, 429, 429, 429]);
+    } finally {
+      await t.app.close();
+    }
   });
 });

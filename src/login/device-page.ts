@@ -4,6 +4,8 @@
  */
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import type { CookieSettings } from '../http/cookies.js';
+import { takeAddressSlot } from '../http/failure-limit.js';
+import type { FixedWindowLimiter } from '../http/rate-limit.js';
 import { sendPage } from '../http/pages.js';
 import { EMPTY_PARAMS, parseParams, queryOf, repeatedParameter, single, type Params } from '../http/params.js';
 import { sendErrorPage } from '../http/render-error.js';
@@ -25,8 +27,10 @@ export interface DevicePageDeps {
   readonly isKnownSubject: (subject: string) => boolean;
   /** Where a sign-in starts: the sign-in page, or the only upstream. */
   readonly signInPage: (loginId: string) => string;
-  /** RFC 8628 §5.1: wrong user codes per address per window. */
-  readonly limits: { readonly userCodeFailures: number; readonly userCodeWindowMs: number };
+  /** RFC 8628 §5.1: wrong user codes per address per window; address_failures for the sign-ins it keeps (DESIGN.md §4). */
+  readonly limits: { readonly userCodeFailures: number; readonly userCodeWindowMs: number; readonly addressFailures: number };
+  /** The per-address failure counter every endpoint shares: a kept sign-in request counts against it. */
+  readonly failures: FixedWindowLimiter;
 }
 
 /** RFC 8628 §5.1: wrong user codes are limited per address, so the code space cannot be searched. */
@@ -139,6 +143,9 @@ async function submitDevicePage(deps: DevicePageDeps, request: FastifyRequest, r
 
   const session = await currentSession(deps, request, deps.now());
   if (session === undefined) {
+    // A sign-in request is kept on the server: it counts against the address before it is written, as at /authorize.
+    const slot = takeAddressSlot(deps.failures, deps.limits, request.ip, deps.now());
+    if (!slot.ok) return sendErrorPage(reply, slot.error);
     const start = { store: deps.store, cookies: deps.cookies, now: deps.now(), signInPage: deps.signInPage };
     return startLogin(start, request, reply, { kind: 'device', userCode: lookup.record.userCode });
   }

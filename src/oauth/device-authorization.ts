@@ -5,6 +5,7 @@ import { DEVICE_CODE_GRANT, mayUseGrant } from '../policy/grant-eligibility.js';
 import { OAuthError } from '../policy/oauth-error.js';
 import { StoreUnavailableError } from '../store/unavailable.js';
 import { all, single } from '../http/params.js';
+import { takeAddressSlot } from '../http/failure-limit.js';
 import { decideResourceParameter } from '../policy/resource.js';
 import { decideRequestedScope, parseScope } from '../policy/scope.js';
 import type { DeviceAuthorizationRecord, DeviceCodeStore, ReplayStore } from '../store/types.js';
@@ -60,17 +61,27 @@ export function deviceAuthorizationRoutes(deps: DeviceAuthorizationRouteDeps): F
         const scope = unwrap(decideRequestedScope(requestedScope, client.scopes));
 
         const now = deps.now();
-        await useCredentialsOnce(store, { assertion: assertionReplay, proof: undefined }, now);
+        // The authorization is kept on the server for 10 minutes: it counts against the address before it is
+        // written (DESIGN.md §4, as /par), and is given back when the request is refused after all.
+        const slot = takeAddressSlot(deps.failures, deps.limits, request.ip, now);
+        if (!slot.ok) throw slot.error;
         const deviceCode = newSecret();
-        const userCode = await storeNewAuthorization({
-          deviceCodeDigest: deviceCode.digest,
-          clientId: client.clientId,
-          scope,
-          status: 'pending',
-          intervalSeconds: POLL_INTERVAL_SECONDS,
-          createdAt: now,
-          expiresAt: now + DEVICE_CODE_LIFETIME_MS,
-        });
+        let userCode: string;
+        try {
+          await useCredentialsOnce(store, { assertion: assertionReplay, proof: undefined }, now);
+          userCode = await storeNewAuthorization({
+            deviceCodeDigest: deviceCode.digest,
+            clientId: client.clientId,
+            scope,
+            status: 'pending',
+            intervalSeconds: POLL_INTERVAL_SECONDS,
+            createdAt: now,
+            expiresAt: now + DEVICE_CODE_LIFETIME_MS,
+          });
+        } catch (error) {
+          slot.release();
+          throw error;
+        }
         const shown = formatUserCode(userCode);
         return {
           body: {
