@@ -61,8 +61,11 @@ const unusableRequestUri = (): OAuthError =>
 
 /** OIDC Core §3.1.2.1: whether `session` satisfies the request's prompt=login and max_age, for a request made at `askedAt`. */
 function sessionSatisfies(authorization: PendingAuthorization, session: SessionRecord, now: number, askedAt?: number): boolean {
-  if (authorization.prompt === 'login' && (askedAt === undefined || session.authTime < askedAt)) return false;
-  return authorization.maxAge === undefined || now - session.authTime <= authorization.maxAge * 1000;
+  // A sign-in made after the request was is as fresh as any can be: it satisfies prompt=login and every max_age, 0
+  // included (which would otherwise send the person back to sign in forever, a millisecond always having passed).
+  const signedInForIt = askedAt !== undefined && session.authTime >= askedAt;
+  if (authorization.prompt === 'login' && !signedInForIt) return false;
+  return signedInForIt || authorization.maxAge === undefined || now - session.authTime <= authorization.maxAge * 1000;
 }
 
 /** DESIGN.md §8: only a dynamic client needs the person's consent, remembered until a request asks more. */
