@@ -2,6 +2,7 @@
  * Rate limits on failed requests (DESIGN.md §4: 429 with Retry-After): per address, and per client *per address*,
  * so failures from one address never lock a client out for the addresses that did not fail.
  */
+import { isIPv6 } from 'node:net';
 import { OAuthError } from '../policy/oauth-error.js';
 import type { FixedWindowLimiter } from './rate-limit.js';
 
@@ -12,8 +13,25 @@ export interface FailureLimits {
   readonly addressFailures: number;
 }
 
-const addressKey = (address: string): string => `ip:${address}`;
-const clientKey = (address: string, clientId: string): string => `client:${address}:${clientId}`;
+/**
+ * What a per-address limit counts as one address: an IPv4 address (an IPv4-mapped IPv6 one as its IPv4), or the /64
+ * an IPv6 address belongs to, since one subscriber or host is routinely given a whole /64 (RFC 6177, RFC 8273) and
+ * could otherwise draw a fresh budget from each of its 2^64 addresses.
+ */
+export function limitedAddress(address: string): string {
+  const mapped = /^::ffff:(\d{1,3}(?:\.\d{1,3}){3})$/i.exec(address);
+  if (mapped !== null) return mapped[1] as string;
+  if (!isIPv6(address)) return address;
+  const [head = '', tail] = (address.split('%')[0] as string).split('::');
+  const left = head === '' ? [] : head.split(':');
+  const right = tail === undefined || tail === '' ? [] : tail.split(':');
+  // An IPv4 tail ("::ffff:1.2.3.4", "64:ff9b::1.2.3.4") lies in the low 64 bits, which the /64 leaves out anyway.
+  const groups = [...left, ...Array<string>(Math.max(0, 8 - left.length - right.length)).fill('0'), ...right];
+  return `${groups.slice(0, 4).map((group) => Number.parseInt(group, 16).toString(16)).join(':')}::/64`;
+}
+
+const addressKey = (address: string): string => `ip:${limitedAddress(address)}`;
+const clientKey = (address: string, clientId: string): string => `client:${limitedAddress(address)}:${clientId}`;
 
 /** 429 when the address, or this client from this address, has failed too often in the current window. */
 export function tooManyFailures(

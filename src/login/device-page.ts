@@ -4,7 +4,7 @@
  */
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import type { CookieSettings } from '../http/cookies.js';
-import { takeAddressSlot } from '../http/failure-limit.js';
+import { limitedAddress, takeAddressSlot } from '../http/failure-limit.js';
 import type { FixedWindowLimiter } from '../http/rate-limit.js';
 import { sendPage } from '../http/pages.js';
 import { EMPTY_PARAMS, parseParams, queryOf, repeatedParameter, single, type Params } from '../http/params.js';
@@ -34,7 +34,7 @@ export interface DevicePageDeps {
 }
 
 /** RFC 8628 §5.1: wrong user codes are limited per address, so the code space cannot be searched. */
-const attemptKey = (address: string): string => `user-code-address:${address}`;
+const attemptKey = (address: string): string => `user-code-address:${limitedAddress(address)}`;
 
 type Lookup =
   | { readonly found: true; readonly record: DeviceAuthorizationRecord }

@@ -6,7 +6,7 @@ import type { UserRecord } from '../config/types.js';
 import { digestOf } from '../crypto/digest.js';
 import { PasswordCheckUnavailableError, PasswordPool } from '../crypto/password-pool.js';
 import type { CookieSettings } from '../http/cookies.js';
-import { takeAddressSlot } from '../http/failure-limit.js';
+import { limitedAddress, takeAddressSlot } from '../http/failure-limit.js';
 import { formTargetOf, sendPage } from '../http/pages.js';
 import { EMPTY_PARAMS, single, type Params } from '../http/params.js';
 import type { FixedWindowLimiter } from '../http/rate-limit.js';
@@ -66,7 +66,7 @@ type PasswordCheck =
   | { readonly result: 'right'; readonly user: UserRecord };
 
 /** Keys of the attempt counters: the user name as its digest, since it is attacker-chosen text of any length. */
-const userAtAddress = (username: string, address: string): string => `login:${digestOf(username)}:${address}`;
+const userAtAddress = (username: string, address: string): string => `login:${digestOf(username)}:${limitedAddress(address)}`;
 const userAnywhere = (username: string): string => `login-any:${digestOf(username)}`;
 
 function showForm(deps: LoginRouteDeps, request: FastifyRequest, reply: FastifyReply, status: number, state: FormState): FastifyReply {
