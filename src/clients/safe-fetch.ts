@@ -49,6 +49,7 @@ const NON_PUBLIC_IPV4: ReadonlyArray<readonly [string, number]> = [
 // IANA IPv6 Special-Purpose Address Registry; the IPv4-in-IPv6 forms of the ranges above are added below.
 const NON_PUBLIC_IPV6: ReadonlyArray<readonly [string, number]> = [
   ['::', 96], // unspecified, loopback and the deprecated IPv4-compatible addresses
+  ['::ffff:0:0:0', 96], // RFC 2765 SIIT IPv4-translated addresses (::ffff:0:a.b.c.d), which hide an IPv4 address
   ['64:ff9b:1::', 48], // RFC 8215 local-use NAT64
   ['100::', 64], // RFC 6666 discard-only
   ['2001::', 23], // IETF protocol assignments, including Teredo 2001::/32 (which hides an IPv4 address)
