@@ -20,7 +20,7 @@ import ts from 'typescript';
 import { ConfigInvalid, formatProblem, loadConfig } from '../src/config/load.js';
 import type { UserRecord } from '../src/config/types.js';
 import type { AppLimits } from '../src/context.js';
-import { hashPassword } from '../src/crypto/password.js';
+import { decoyCheck, DEFAULT_COST, hashingJob, hashPassword, typicalCost } from '../src/crypto/password.js';
 import { PasswordCheckUnavailableError, PasswordPool } from '../src/crypto/password-pool.js';
 import { cookieJar, form, hiddenInput, PASSWORD, testApp, testConfig, webappAuthorizeUrl, type TestApp } from './helpers/app.js';
 
@@ -354,5 +354,23 @@ describe('limits.password_hashes', () => {
       const lines = error.problems.map(formatProblem);
       assert.ok(lines.some((line) => line.startsWith(`${file}:6: limits: password_hashes ${message}`)), lines.join('\n'));
     }
+  });
+});
+
+describe("an unknown user's decoy check costs what the users' own checks cost (an audit: 2^15 hashes answered 4x sooner than the 2^17 decoy)", () => {
+  test('typicalCost: the cost most hashes have, the dearer on a tie, the default with none', async () => {
+    const old = { N: 2 ** 15, r: 8, p: 1 };
+    const small = { N: 2 ** 10, r: 8, p: 1 };
+    const [a, b, c] = await Promise.all([hashPassword('one', old), hashPassword('two', old), hashPassword('three', small)]);
+    assert.deepEqual(typicalCost([a as string, b as string, c as string]), old);
+    assert.deepEqual(typicalCost([c as string, a as string]), old, 'a tie goes to the dearer cost');
+    assert.deepEqual(typicalCost(['not a hash']), DEFAULT_COST);
+    assert.deepEqual(typicalCost([]), DEFAULT_COST);
+  });
+
+  test('the decoy check runs scrypt at the cost it is given', () => {
+    const old = { N: 2 ** 15, r: 8, p: 1 };
+    assert.equal(hashingJob(decoyCheck('guess', old)).options.N, 2 ** 15);
+    assert.equal(hashingJob(decoyCheck('guess')).options.N, DEFAULT_COST.N);
   });
 });

@@ -5,7 +5,7 @@
  */
 import { Worker } from 'node:worker_threads';
 import { Counter, Gauge, type Registry } from 'prom-client';
-import { decoyCheck, hashingJob, passwordCheckOf, type PasswordCheck } from './password.js';
+import { decoyCheck, hashingJob, passwordCheckOf, type PasswordCheck, type ScryptCost } from './password.js';
 
 /** What a hashing thread answers for each check. */
 type HashingAnswer = { readonly matches: boolean } | { readonly failure: string };
@@ -45,6 +45,8 @@ export interface PasswordPoolOptions {
   readonly registry?: Registry;
   /** Told when a thread ends without being asked to (a replacement starts when a check next needs one). */
   readonly onThreadExit?: (exitCode: number, error: Error | undefined) => void;
+  /** What an unknown user's decoy check costs (password.ts typicalCost of the users' hashes); default DEFAULT_COST. */
+  readonly decoyCost?: ScryptCost;
 }
 
 /** What the pool is doing now (its gauges read the same). */
@@ -92,6 +94,7 @@ export class PasswordPool {
   readonly #maxWaitMs: number;
   readonly #maxWaiting: number;
   readonly #onThreadExit: PasswordPoolOptions['onThreadExit'];
+  readonly #decoyCost: ScryptCost | undefined;
   readonly #refusals: Counter<'reason'> | undefined;
   readonly #threads = new Set<HashingThread>();
   readonly #waiting: Job[] = [];
@@ -102,6 +105,7 @@ export class PasswordPool {
     this.#maxWaitMs = options.maxWaitMs ?? DEFAULT_PASSWORD_WAIT_MS;
     this.#maxWaiting = passwordWaitingRoom(options.size, options.maxWaiting);
     this.#onThreadExit = options.onThreadExit;
+    this.#decoyCost = options.decoyCost;
     const registers = options.registry === undefined ? undefined : [options.registry];
     if (registers === undefined) return;
     const stats = (): PasswordPoolStats => this.stats();
@@ -112,7 +116,7 @@ export class PasswordPool {
 
   /** Whether `password` matches `hash`; for an unknown user (no hash) the same work is done and the answer is false. A malformed hash gives false. */
   verify(password: string, hash: string | undefined): Promise<boolean> {
-    const check = hash === undefined ? decoyCheck(password) : passwordCheckOf(password, hash);
+    const check = hash === undefined ? decoyCheck(password, this.#decoyCost) : passwordCheckOf(password, hash);
     if (check === undefined) return Promise.resolve(false);
     return new Promise((resolve, reject) => this.#submit({ check, resolve, reject }));
   }

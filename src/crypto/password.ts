@@ -67,9 +67,32 @@ export function passwordCheckOf(password: string, hash: string): PasswordCheck |
   return { password, cost, salt: saltBytes, key: keyBytes };
 }
 
-/** A check that costs what a new hash costs and never matches: for an unknown user, so timing does not tell which names exist. */
-export function decoyCheck(password: string): PasswordCheck {
-  return { password, cost: DEFAULT_COST, salt: randomBytes(SALT_BYTES), key: randomBytes(KEY_BYTES) };
+/**
+ * A check that never matches, for an unknown user, at `cost`: what the known users' checks cost (typicalCost), so
+ * timing does not tell which names exist.
+ */
+export function decoyCheck(password: string, cost: ScryptCost = DEFAULT_COST): PasswordCheck {
+  return { password, cost, salt: randomBytes(SALT_BYTES), key: randomBytes(KEY_BYTES) };
+}
+
+/**
+ * The cost most of these hashes have (the dearer on a tie; DEFAULT_COST for none): an unknown user's decoy check costs
+ * that, since hashes made before N = 2^17 (0.2.0 wrote 2^15) still verify and answer four times sooner.
+ */
+export function typicalCost(hashes: Iterable<string>): ScryptCost {
+  const counts = new Map<string, { cost: ScryptCost; count: number }>();
+  for (const hash of hashes) {
+    const cost = passwordCheckOf('', hash)?.cost;
+    if (cost === undefined) continue;
+    const key = `${cost.N}:${cost.r}:${cost.p}`;
+    counts.set(key, { cost, count: (counts.get(key)?.count ?? 0) + 1 });
+  }
+  const work = (cost: ScryptCost): number => cost.N * cost.r * cost.p;
+  let typical: { cost: ScryptCost; count: number } | undefined;
+  for (const entry of counts.values()) {
+    if (typical === undefined || entry.count > typical.count || (entry.count === typical.count && work(entry.cost) > work(typical.cost))) typical = entry;
+  }
+  return typical?.cost ?? DEFAULT_COST;
 }
 
 /** What a hashing thread gets for one check: scrypt's inputs, ready to run (the pool's thread code stays plain JavaScript). */

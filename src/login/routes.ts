@@ -5,6 +5,7 @@ import type { Registry } from 'prom-client';
 import type { UserRecord } from '../config/types.js';
 import { digestOf } from '../crypto/digest.js';
 import { PasswordCheckUnavailableError, PasswordPool } from '../crypto/password-pool.js';
+import { typicalCost } from '../crypto/password.js';
 import type { CookieSettings } from '../http/cookies.js';
 import { limitedAddress, takeAddressSlot } from '../http/failure-limit.js';
 import { formTargetOf, sendPage } from '../http/pages.js';
@@ -199,6 +200,8 @@ export function loginRoutes(deps: LoginRouteDeps): FastifyPluginAsync {
       maxWaitMs: deps.limits.passwordWaitMs,
       maxWaiting: deps.limits.passwordChecksWaiting,
       registry: deps.metricsRegistry,
+      // An unknown name costs what the users' own checks cost, whatever cost their hashes were made at.
+      decoyCost: typicalCost([...deps.users.values()].map((user) => user.passwordHash)),
       onThreadExit: (exitCode, error) => app.log.warn({ exitCode, err: { message: error?.message } }, 'a password hashing thread ended; another starts when needed'),
     });
     app.addHook('onClose', () => passwords.close());
