@@ -5,7 +5,7 @@
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import { refreshLifetimeOf } from '../policy/grant-eligibility.js';
 import { sameBrowser } from '../session/csrf.js';
-import { isDocumentUrl, type ClientDirectory } from '../clients/directory.js';
+import type { ClientDirectory } from '../clients/directory.js';
 import type { CookieSettings } from '../http/cookies.js';
 import { countAgainstAddress, countFailure, tooManyFailures, type FailureLimits } from '../http/failure-limit.js';
 import type { FixedWindowLimiter } from '../http/rate-limit.js';
@@ -41,7 +41,7 @@ export type AuthorizeStores = SessionStore & LoginRequestStore & AuthorizationCo
 export interface AuthorizeRouteDeps {
   readonly store: AuthorizeStores;
   /** Clients by client_id: resolved once per request (dynamic clients need I/O), found again at resume. */
-  readonly clients: Pick<ClientDirectory, 'resolve' | 'find' | 'rememberOrigins'>;
+  readonly clients: Pick<ClientDirectory, 'resolve' | 'find' | 'rememberOrigins' | 'fetchesToResolve'>;
   readonly issuer: string;
   readonly now: () => number;
   readonly cookies: CookieSettings;
@@ -123,8 +123,8 @@ async function acceptedRequest(deps: AuthorizeRouteDeps, request: FastifyRequest
   const limited = tooManyFailures(deps.failures, deps.limits, request.ip, clientId, deps.now());
   if (limited !== undefined) return { refused: sendErrorPage(reply, limited) };
   // A metadata document fetch is work an address makes the server do: it counts like a failure (DESIGN.md §9), in the
-  // same step as the check, so parallel requests cannot all pass it before one is counted.
-  if (clientId !== undefined && isDocumentUrl(clientId)) countAgainstAddress(deps.failures, request.ip, deps.now());
+  // same step as the check, so parallel requests cannot all pass it before one is counted (as at the form endpoints).
+  if (clientId !== undefined && deps.clients.fetchesToResolve(clientId)) countAgainstAddress(deps.failures, request.ip, deps.now());
   const chosen = await requestParameters(deps, sent, clientId);
   if (chosen instanceof OAuthError) return { refused: refuse(deps, request, reply, clientId, { ok: false, page: chosen }) };
   const { params, pushed } = chosen;
