@@ -138,6 +138,10 @@ for (const kind of STORE_KINDS) {
       const rsaHeader = Buffer.from(JSON.stringify({ typ: 'dpop+jwt', alg: 'RS256', jwk: huge })).toString('base64url');
       const rsaBody = Buffer.from(JSON.stringify({ jti: randomUUID(), htm: 'POST', htu: TOKEN, iat: Math.floor(Date.now() / 1000) })).toString('base64url');
       assertProofRefused(await token(t.app, clientCredentials, { dpop: `${rsaHeader}.${rsaBody}.${Buffer.alloc(1024).toString('base64url')}` }), /usable public key/);
+      // Nor a 2,048-bit modulus with a 2,048-bit exponent: each check would cost about 20 times a usual one.
+      const hugeExponent = { kty: 'RSA', e: randomBytes(256).toString('base64url'), n: randomBytes(256).toString('base64url') };
+      const exponentHeader = Buffer.from(JSON.stringify({ typ: 'dpop+jwt', alg: 'RS256', jwk: hugeExponent })).toString('base64url');
+      assertProofRefused(await token(t.app, clientCredentials, { dpop: `${exponentHeader}.${rsaBody}.${Buffer.alloc(256).toString('base64url')}` }), /usable public key/);
       // A proof that verifies is what makes its key remembered.
       const good = await token(t.app, clientCredentials, { dpop: await proof(await newKey('ES256'), { htu: TOKEN }) });
       assert.equal(good.statusCode, 200, good.body);

@@ -5,7 +5,7 @@
  */
 import { calculateJwkThumbprint, decodeProtectedHeader, errors, importJWK, jwtVerify, type CryptoKey, type JWK, type JWTPayload, type KeyObject } from 'jose';
 import { sha256 } from './digest.js';
-import { ASYMMETRIC_ALGS, privateMembersOf } from './jwk-set.js';
+import { ASYMMETRIC_ALGS, privateMembersOf, rsaKeyProblem } from './jwk-set.js';
 import { isUsableJti, MAX_JTI_LENGTH, type UsedOnce } from './used-once.js';
 
 /** DESIGN.md §13 `dpop_signing_alg_values_supported`. */
@@ -49,8 +49,6 @@ const importedKeys = new Map<string, ImportedKey>();
 /** How many proof keys are remembered now (tests: a refused proof's key is not). */
 export const rememberedProofKeys = (): number => importedKeys.size;
 
-/** RSA keys up to 4,096 bits (a modulus of 683 base64url characters): a larger one costs a stranger nothing to send and us much to import and check. */
-const MAX_RSA_MODULUS_CHARS = Math.ceil((4096 / 8) * (4 / 3));
 
 /**
  * The proof's key, imported by jose once per key and algorithm (importing costs about as much as verifying), with its
@@ -60,7 +58,8 @@ const MAX_RSA_MODULUS_CHARS = Math.ceil((4096 / 8) * (4 / 3));
 async function proofKey(jwk: Record<string, unknown>, alg: string): Promise<ImportedKey & { readonly remember: () => void }> {
   const members = KEY_MEMBERS[String(jwk.kty)];
   if (members === undefined || members.some((member) => typeof jwk[member] !== 'string')) throw new Error('unusable jwk');
-  if (jwk.kty === 'RSA' && (jwk.n as string).length > MAX_RSA_MODULUS_CHARS) throw new Error('unusable jwk');
+  // A huge modulus or exponent costs a stranger nothing to send and us much to import and check.
+  if (jwk.kty === 'RSA' && rsaKeyProblem(jwk) !== undefined) throw new Error('unusable jwk');
   const publicJwk = Object.fromEntries(members.map((member) => [member, jwk[member]])) as JWK;
   const cacheKey = `${alg}:${JSON.stringify(publicJwk)}`;
   const known = importedKeys.get(cacheKey);

@@ -16,10 +16,23 @@ export function privateMembersOf(jwk: Readonly<Record<string, unknown>>): string
 }
 
 /** Key types that can verify one of ASYMMETRIC_ALGS: RSA, EC P-256 and the Ed25519 octet key pair. */
+/** RSA keys up to 4,096 bits (a modulus of 683 base64url characters). */
+const MAX_RSA_MODULUS_CHARS = Math.ceil((4096 / 8) * (4 / 3));
+/** A public exponent of at most 32 bits (6 base64url characters; 65537 is "AQAB"): a huge one makes each check ~20x dearer. */
+const MAX_RSA_EXPONENT_CHARS = 6;
+
+/** Why an RSA public key is one Pinpoint will not verify with (a stranger may choose it: DPoP, metadata documents), or undefined. */
+export function rsaKeyProblem(jwk: Readonly<Record<string, unknown>>): string | undefined {
+  if (typeof jwk.n !== 'string' || typeof jwk.e !== 'string') return 'is an RSA key without "n" and "e"';
+  if (jwk.n.length > MAX_RSA_MODULUS_CHARS) return 'is an RSA key over 4,096 bits';
+  if (jwk.e.length > MAX_RSA_EXPONENT_CHARS) return 'is an RSA key whose exponent is over 32 bits (65537 is usual)';
+  return undefined;
+}
+
 function keyProblem(jwk: Readonly<Record<string, unknown>>): string | undefined {
   const secret = privateMembersOf(jwk);
   if (secret.length > 0) return `holds private key members (${secret.join(', ')}); publish only the public key`;
-  if (jwk.kty === 'RSA') return typeof jwk.n === 'string' && typeof jwk.e === 'string' ? undefined : 'is an RSA key without "n" and "e"';
+  if (jwk.kty === 'RSA') return rsaKeyProblem(jwk);
   if (jwk.kty === 'EC') {
     if (jwk.crv !== 'P-256') return `is an EC key on ${JSON.stringify(jwk.crv)}; only P-256 (ES256) is accepted`;
     return typeof jwk.x === 'string' && typeof jwk.y === 'string' ? undefined : 'is an EC key without "x" and "y"';
