@@ -46,6 +46,8 @@ export interface BuildAppOptions {
   readonly documents?: DocumentResolver;
   /** How this worker's failure limiter reaches the others (DESIGN.md §11); none in a single process. */
   readonly limiterLink?: LimiterLink;
+  /** How many workers serve with this one (DESIGN.md §11); 1 by default. */
+  readonly workers?: number;
 }
 
 /** The app, and the shared services it was built with (tests read the limits and metrics in effect). */
@@ -53,7 +55,7 @@ export async function buildApp(options: BuildAppOptions): Promise<{ app: Fastify
   const metrics = options.metrics ?? createMetrics({ processMetrics: false });
   const store = measuredStore(options.store, metrics.storeOperations);
   const clients = new ClientDirectory(options.config, store, options.documents);
-  const services = makeServices(options.config, options.keys, clients, store, { now: options.now, limits: options.limits, metrics, limiterLink: options.limiterLink });
+  const services = makeServices(options.config, options.keys, clients, store, { now: options.now, limits: options.limits, metrics, limiterLink: options.limiterLink, workers: options.workers });
   const app = await createTransport({
     logger: options.logger ?? createLogger('silent'),
     baseUrl: options.config.baseUrl,
@@ -103,7 +105,7 @@ function failureLimits(services: AppServices): FailureLimits {
 
 /** The front every form endpoint shares: the failure counter and its two limits (DESIGN.md §7), the clock. */
 function formFront(services: AppServices): FormEndpointDeps {
-  return { failures: services.failures, limits: failureLimits(services), now: services.now, fetchesToResolve: (clientId) => services.clients.fetchesToResolve(clientId) };
+  return { failures: services.failures, inFlight: services.inFlight, limits: failureLimits(services), now: services.now, fetchesToResolve: (clientId, withAssertion) => services.clients.fetchesToResolve(clientId, withAssertion) };
 }
 
 function metadataDocument(services: AppServices): MetadataDocumentDeps {

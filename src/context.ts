@@ -10,6 +10,7 @@ import type { ClientDirectory } from './clients/directory.js';
 import { cookieSettingsFor, type CookieSettings } from './http/cookies.js';
 import { createMetrics, type Metrics } from './http/metrics.js';
 import { FixedWindowLimiter } from './http/rate-limit.js';
+import { RequestsInFlight } from './http/failure-limit.js';
 import { isLimitedVerdict, sharedLimiter, type LimiterLink } from './http/shared-limiter.js';
 import { isKnownSubject } from './policy/subjects.js';
 import type { AccessTokenStateStore, RevokedTokenStore } from './store/types.js';
@@ -60,6 +61,8 @@ export interface AppServices {
   readonly now: () => number;
   readonly limits: AppLimits;
   readonly failures: FixedWindowLimiter;
+  /** Requests this process is still answering, counted against the failure limits until they end (DESIGN.md §7). */
+  readonly inFlight: RequestsInFlight;
   readonly cookies: CookieSettings;
   /** Every client a client_id can name: configured, registered, or by metadata document (DESIGN.md §9). */
   readonly clients: ClientDirectory;
@@ -82,7 +85,7 @@ export function makeServices(
   keys: SigningKeys | KeyRing,
   clients: ClientDirectory,
   store: AccessTokenStateStore & RevokedTokenStore,
-  options: { now?: () => number; limits?: Partial<AppLimits>; metrics?: Metrics; limiterLink?: LimiterLink } = {},
+  options: { now?: () => number; limits?: Partial<AppLimits>; metrics?: Metrics; limiterLink?: LimiterLink; workers?: number } = {},
 ): AppServices {
   // The config's `limits` block beside the windows it does not set, then what a test asks for (windows, small numbers).
   const chosen = { ...DEFAULT_LIMITS, ...config.limits, ...options.limits };
@@ -103,6 +106,8 @@ export function makeServices(
     now,
     limits,
     failures: shareable('failures', new FixedWindowLimiter(limits.failureWindowMs), limits.failureWindowMs, options.limiterLink),
+    // Each of the server's workers may have its share of a budget in flight (DESIGN.md §11).
+    inFlight: new RequestsInFlight(options.workers ?? 1),
     cookies: cookieSettingsFor(config.baseUrl, config.basePath),
     clients,
     sessionLifetimeMs: 12 * 3600_000,
@@ -126,5 +131,5 @@ export function makeServices(
 
 /** A limiter whose counts hold for every worker (DESIGN.md §11) when there is a link to them; alone, it is itself. */
 function shareable(name: string, limiter: FixedWindowLimiter, windowMs: number, link: LimiterLink | undefined): FixedWindowLimiter {
-  return link === undefined ? limiter : sharedLimiter(name, limiter, link, { readOnly: ['check', 'snapshot'], changedNothing: isLimitedVerdict, handleLifetimeMs: windowMs });
+  return link === undefined ? limiter : sharedLimiter(name, limiter, link, { readOnly: ['check', 'counted', 'snapshot'], changedNothing: isLimitedVerdict, handleLifetimeMs: windowMs });
 }

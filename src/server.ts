@@ -17,6 +17,8 @@ export interface ServerOptions {
   readonly https?: { readonly cert: Buffer; readonly key: Buffer };
   /** Shares limiter counts with the other workers (DESIGN.md §11). */
   readonly limiterLink?: LimiterLink;
+  /** How many workers serve the config, this one included (DESIGN.md §11). */
+  readonly workers?: number;
   /** Whether this server sweeps the store and writes the key_rotation audit line (one worker does); true by default. */
   readonly housekeeper?: boolean;
 }
@@ -52,6 +54,7 @@ export async function startServer(config: Config, options: ServerOptions): Promi
     ...(options.https !== undefined && { https: { cert: options.https.cert, key: options.https.key } }),
     ...(documents !== undefined && { documents }),
     ...(options.limiterLink !== undefined && { limiterLink: options.limiterLink }),
+    ...(options.workers !== undefined && { workers: options.workers }),
   });
 
   const stopHousekeeping = startHousekeeping({ store, keys, logger, housekeeper: options.housekeeper ?? true });

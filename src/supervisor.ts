@@ -250,7 +250,7 @@ class Supervisor {
         // A worker asked to stop before it said hello has nothing to start.
         const start: PrimaryMessage = member.retiring
           ? { pinpoint: 'stop' }
-          : { pinpoint: 'start', config: prepared.config, slot, housekeeper: slot === HOUSEKEEPING_SLOT, ...(prepared.https !== undefined && { https: prepared.https }) };
+          : { pinpoint: 'start', config: prepared.config, slot, workers: prepared.count, housekeeper: slot === HOUSEKEEPING_SLOT, ...(prepared.https !== undefined && { https: prepared.https }) };
         worker.send(start, undefined, () => undefined);
       } else if (message.pinpoint === 'ready') {
         clearTimeout(stuck);

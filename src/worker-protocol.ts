@@ -9,6 +9,8 @@ export interface StartMessage {
   readonly https?: { readonly cert: string; readonly key: string };
   /** Which of the N workers this is (0..N-1): the `worker` label of its process metrics. */
   readonly slot: number;
+  /** How many workers serve this config, for each one's share of the limits (DESIGN.md §11). */
+  readonly workers: number;
   /** Whether this worker sweeps the store and writes the key_rotation audit line: one does, for the whole server. */
   readonly housekeeper: boolean;
 }

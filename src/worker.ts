@@ -54,7 +54,7 @@ async function begin(start: StartMessage): Promise<void> {
   answerMetricsRequests(metrics.registry);
   const https = start.https === undefined ? undefined : { cert: Buffer.from(start.https.cert), key: Buffer.from(start.https.key) };
   try {
-    server = await startServer(config, { logger, metrics, limiterLink: workerLink(), housekeeper: start.housekeeper === true, ...(https !== undefined && { https }) });
+    server = await startServer(config, { logger, metrics, limiterLink: workerLink(), workers: start.workers, housekeeper: start.housekeeper === true, ...(https !== undefined && { https }) });
   } catch (error) {
     logger.flush();
     tell({ pinpoint: 'failed', message: error instanceof Error ? error.message : String(error) }, () => process.exit(1));

@@ -305,6 +305,16 @@ function workersSuite(state: () => Promise<StateSpec>, how: 'config' | 'flag'): 
     assert.equal(pids.size, 2, 'both workers counted failures');
   });
 
+  test('client_failures = 5 holds for a parallel burst over both workers: at most 5 + 2 failures, the rest 429', async () => {
+    const answers = await Promise.all(
+      Array.from({ length: 40 }, () => fresh(server.baseUrl, '/token', { pairs: [['grant_type', 'client_credentials']], auth: basic('limit-probe', 'wrong'), address: '192.0.2.78' })),
+    );
+    const statuses = answers.map((answer) => answer.status);
+    const failures = statuses.filter((status) => status === 401).length;
+    assert.ok(failures >= 1 && failures <= 7, `401s: ${failures} (${statuses.join(' ')})`);
+    assert.equal(failures + statuses.filter((status) => status === 429).length, 40, statuses.join(' '));
+  });
+
   test('/metrics on metrics.listen is the sum over the workers; process figures keep a worker label', async () => {
     const answers = await requestsSummedAtMetrics(server, metricsPort, 10);
     assert.equal(new Set(await Promise.all(answers.map((answer) => pidOf(server, answer.requestId)))).size, 2);

@@ -12,7 +12,7 @@ import type { RegisteredClientRecord, RegisteredClientStore } from '../store/typ
 import type { MetadataDocument, MetadataDocuments } from './metadata-document.js';
 
 /** What fetches, checks and caches client ID metadata documents and their key sets (metadata-document.ts). */
-export type DocumentResolver = Pick<MetadataDocuments, 'resolve' | 'cachedDocument' | 'resolveKeySet' | 'wouldFetch'>;
+export type DocumentResolver = Pick<MetadataDocuments, 'resolve' | 'cachedDocument' | 'resolveKeySet' | 'wouldFetch' | 'wouldFetchKeySet'>;
 
 export type ClientResolution =
   | { readonly found: true; readonly client: ClientRecord }
@@ -156,14 +156,20 @@ export class ClientDirectory {
   }
 
   /**
-   * Whether resolving `clientId` now would fetch a metadata document: work a stranger makes the server do, so the
-   * endpoints count it against the address before it starts (DESIGN.md §9). Synchronous, so no request slips between.
+   * How many fetches resolving `clientId` would make now: its metadata document, and with a client assertion, the key
+   * set its jwks_uri names (DESIGN.md §13; for a document not fetched yet, whose jwks_uri is unknown, counted as one).
+   * Work a stranger makes the server do, so the endpoints count it against the address before it starts (DESIGN.md §9).
+   * Synchronous, so no request slips between.
    */
-  fetchesToResolve(clientId: string): boolean {
-    if (this.#config.clients.has(clientId) || !isDocumentUrl(clientId)) return false;
+  fetchesToResolve(clientId: string, withAssertion = false): number {
+    if (this.#config.clients.has(clientId) || !isDocumentUrl(clientId)) return 0;
     const dynamic = this.#config.dynamicClients;
-    if (dynamic === undefined || !dynamic.metadataDocuments || this.#documents === undefined) return false;
-    return this.#documents.wouldFetch(clientId);
+    const documents = this.#documents;
+    if (dynamic === undefined || !dynamic.metadataDocuments || documents === undefined) return 0;
+    if (documents.wouldFetch(clientId)) return withAssertion ? 2 : 1;
+    const cached = withAssertion ? documents.cachedDocument(clientId) : undefined;
+    const keys = cached === undefined ? undefined : documentKeys(cached);
+    return keys !== undefined && 'jwksUri' in keys && documents.wouldFetchKeySet(keys.jwksUri) ? 1 : 0;
   }
 
   /** The client `clientId` names, or why it cannot be used. */

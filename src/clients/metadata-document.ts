@@ -266,6 +266,11 @@ export class MetadataDocuments {
     return documentUrlProblem(clientId) === undefined && this.#documents.wouldFetch(clientId);
   }
 
+  /** Whether resolveKeySet(url) would fetch now (a well-formed URL, nothing fresh remembered, no fetch in flight). */
+  wouldFetchKeySet(url: string): boolean {
+    return documentUrlProblem(url) === undefined && this.#keySets.wouldFetch(url);
+  }
+
   /** The document `clientId` names if a fetch of it is remembered and still fresh; never fetches (DESIGN.md §7: /logout). */
   cachedDocument(clientId: string): MetadataDocument | undefined {
     return this.#documents.peek(clientId)?.document;

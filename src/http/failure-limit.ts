@@ -50,6 +50,90 @@ export function tooManyFailures(
 const slowDown = (retryAfterSeconds: number): OAuthError =>
   new OAuthError('invalid_request', 'too many failed requests; slow down', 429, { 'Retry-After': String(retryAfterSeconds) });
 
+/**
+ * Requests of each address, and of each client from an address, that this process is still answering. Until it is
+ * answered, a request counts against its failure budgets as if it will fail, so a burst of parallel requests cannot all
+ * pass a check made before any of them was counted (DESIGN.md §7). An entry lives only while its requests do.
+ */
+export class RequestsInFlight {
+  readonly #counts = new Map<string, number>();
+
+  /** `workers`: the processes that share the budgets (DESIGN.md §11), each of which may have its share in flight. */
+  constructor(private readonly workers = 1) {}
+
+  /** Whether one more may start with `remaining` of a budget left: this process's share of it, at least one while any is left. */
+  mayStart(key: string, remaining: number): boolean {
+    if (remaining <= 0) return false;
+    return (this.#counts.get(key) ?? 0) < Math.max(1, Math.floor(remaining / this.workers));
+  }
+
+  start(key: string): void {
+    this.#counts.set(key, (this.#counts.get(key) ?? 0) + 1);
+  }
+
+  end(key: string): void {
+    const left = (this.#counts.get(key) ?? 0) - 1;
+    if (left > 0) this.#counts.set(key, left);
+    else this.#counts.delete(key);
+  }
+}
+
+/**
+ * How an admitted request ended, for its budgets: `failed` (a refusal that counts, see countsAsFailure) against the
+ * address and the client; `kept` (it made the server keep something: a pushed request, a device authorization) against
+ * the address; `done` against neither.
+ */
+export type RequestOutcome = 'failed' | 'kept' | 'done';
+
+/** A request let in, or the 429 that keeps it out; `settle` ends it once, counting its outcome in the same step. */
+export type Admission =
+  | { readonly ok: false; readonly error: OAuthError }
+  | { readonly ok: true; readonly settle: (outcome: RequestOutcome, now: number) => void };
+
+/**
+ * Lets a request in when neither its address nor its client from that address has used up its failure budget, counting
+ * the requests still in flight as failures-to-be: with `address_failures = 5`, 200 parallel bad requests from one
+ * address get at most 5 answers other than 429 (plus one per other worker, DESIGN.md §11).
+ */
+export function admitRequest(
+  limiter: FixedWindowLimiter,
+  inFlight: RequestsInFlight,
+  limits: FailureLimits,
+  address: string,
+  clientId: string | undefined,
+  now: number,
+  /** How many fetches it will make (metadata documents, key sets: DESIGN.md §9): counted against the address at once, whatever the outcome. */
+  fetches = 0,
+): Admission {
+  // The address budget first: a fetch and a kept request count against it alone.
+  const budgets: [key: string, limit: number, countedNow: number][] = [[addressKey(address), limits.addressFailures, fetches]];
+  if (clientId !== undefined) budgets.push([clientKey(address, clientId), limits.clientFailures, 0]);
+  for (const [key, limit, countedNow] of budgets) {
+    const counted = limiter.counted(key, now);
+    if (counted >= limit) return { ok: false, error: slowDown(limiter.check(key, limit, now).retryAfterSeconds) };
+    // What is in flight ends within the request timeout: a second is enough to wait for one of them.
+    if (!inFlight.mayStart(key, limit - counted - countedNow)) return { ok: false, error: slowDown(1) };
+  }
+  for (const [key, , countedNow] of budgets) {
+    for (let count = 0; count < countedNow; count += 1) limiter.hit(key, now);
+    inFlight.start(key);
+  }
+  let settled = false;
+  const settle = (outcome: RequestOutcome, at: number): void => {
+    if (settled) return;
+    settled = true;
+    // Counted before it stops being in flight, in one step.
+    budgets.forEach(([key], index) => {
+      if (outcome === 'failed' || (outcome === 'kept' && index === 0)) limiter.hit(key, at);
+      inFlight.end(key);
+    });
+  };
+  return { ok: true, settle };
+}
+
+/** Whether an answer counts as a failed request (DESIGN.md §7): a refusal (4xx) other than 429, which counts nothing. */
+export const countsAsFailure = (status: number): boolean => status >= 400 && status < 500 && status !== 429;
+
 /** One failure of the address, counted before the work it may turn out to be; `release` gives it back on success. */
 export type AddressSlot = { readonly ok: false; readonly error: OAuthError } | { readonly ok: true; readonly release: () => void };
 
@@ -64,7 +148,7 @@ export function takeAddressSlot(limiter: FixedWindowLimiter, limits: Pick<Failur
 
 /** Counts a refused request (4xx other than 429) against its address and, when it names one, its client from that address. */
 export function countFailure(limiter: FixedWindowLimiter, address: string, clientId: string | undefined, status: number, now: number): void {
-  if (status < 400 || status >= 500 || status === 429) return;
+  if (!countsAsFailure(status)) return;
   countAgainstAddress(limiter, address, now);
   if (clientId !== undefined) limiter.hit(clientKey(address, clientId), now);
 }

@@ -36,6 +36,12 @@ export class FixedWindowLimiter {
     return { limited: window.count >= limit, retryAfterSeconds: Math.max(1, Math.ceil((window.endsAt - now) / 1000)) };
   }
 
+  /** How many events `key` has counted in its current window. */
+  counted(key: string, now: number): number {
+    const window = this.windows.get(boundedKey(key));
+    return window === undefined || window.endsAt <= now ? 0 : window.count;
+  }
+
   /** Counts one event for `key`. */
   hit(key: string, now: number): void {
     this.windowOf(boundedKey(key), now).count += 1;

@@ -124,7 +124,7 @@ async function acceptedRequest(deps: AuthorizeRouteDeps, request: FastifyRequest
   if (limited !== undefined) return { refused: sendErrorPage(reply, limited) };
   // A metadata document fetch is work an address makes the server do: it counts like a failure (DESIGN.md §9), in the
   // same step as the check, so parallel requests cannot all pass it before one is counted (as at the form endpoints).
-  if (clientId !== undefined && deps.clients.fetchesToResolve(clientId)) countAgainstAddress(deps.failures, request.ip, deps.now());
+  if (clientId !== undefined && deps.clients.fetchesToResolve(clientId) > 0) countAgainstAddress(deps.failures, request.ip, deps.now());
   const chosen = await requestParameters(deps, sent, clientId);
   if (chosen instanceof OAuthError) return { refused: refuse(deps, request, reply, clientId, { ok: false, page: chosen }) };
   const { params, pushed } = chosen;

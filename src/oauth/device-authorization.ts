@@ -5,7 +5,6 @@ import { DEVICE_CODE_GRANT, mayUseGrant } from '../policy/grant-eligibility.js';
 import { OAuthError } from '../policy/oauth-error.js';
 import { StoreUnavailableError } from '../store/unavailable.js';
 import { all, single } from '../http/params.js';
-import { takeAddressSlot } from '../http/failure-limit.js';
 import { decideResourceParameter } from '../policy/resource.js';
 import { decideRequestedScope, parseScope } from '../policy/scope.js';
 import type { DeviceAuthorizationRecord, DeviceCodeStore, ReplayStore } from '../store/types.js';
@@ -61,29 +60,21 @@ export function deviceAuthorizationRoutes(deps: DeviceAuthorizationRouteDeps): F
         const scope = unwrap(decideRequestedScope(requestedScope, client.scopes));
 
         const now = deps.now();
-        // The authorization is kept on the server for 10 minutes: it counts against the address before it is
-        // written (DESIGN.md §4, as /par), and is given back when the request is refused after all.
-        const slot = takeAddressSlot(deps.failures, deps.limits, request.ip, now);
-        if (!slot.ok) throw slot.error;
         const deviceCode = newSecret();
-        let userCode: string;
-        try {
-          await useCredentialsOnce(store, { assertion: assertionReplay, proof: undefined }, now);
-          userCode = await storeNewAuthorization({
-            deviceCodeDigest: deviceCode.digest,
-            clientId: client.clientId,
-            scope,
-            status: 'pending',
-            intervalSeconds: POLL_INTERVAL_SECONDS,
-            createdAt: now,
-            expiresAt: now + DEVICE_CODE_LIFETIME_MS,
-          });
-        } catch (error) {
-          slot.release();
-          throw error;
-        }
+        await useCredentialsOnce(store, { assertion: assertionReplay, proof: undefined }, now);
+        const userCode = await storeNewAuthorization({
+          deviceCodeDigest: deviceCode.digest,
+          clientId: client.clientId,
+          scope,
+          status: 'pending',
+          intervalSeconds: POLL_INTERVAL_SECONDS,
+          createdAt: now,
+          expiresAt: now + DEVICE_CODE_LIFETIME_MS,
+        });
         const shown = formatUserCode(userCode);
+        // The authorization is kept on the server for 10 minutes: it counts against the address (DESIGN.md §4, as /par).
         return {
+          kept: true,
           body: {
             device_code: deviceCode.value,
             user_code: shown,

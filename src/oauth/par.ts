@@ -7,7 +7,6 @@ import type { FastifyPluginAsync } from 'fastify';
 import type { ClientDirectory } from '../clients/directory.js';
 import { newSecret } from '../crypto/random.js';
 import { digestOf, isBase64url32Bytes } from '../crypto/digest.js';
-import { takeAddressSlot } from '../http/failure-limit.js';
 import type { Params } from '../http/params.js';
 import { OAuthError } from '../policy/oauth-error.js';
 import type { PushedRequestRecord, PushedRequestStore, ReplayStore } from '../store/types.js';
@@ -74,22 +73,13 @@ export function parRoutes(deps: ParRouteDeps): FastifyPluginAsync {
           throw new OAuthError(error.code, error.description, 400);
         }
         const now = deps.now();
-        // Each push is kept on the server: it counts against the address like a login request (DESIGN.md §4), taken
-        // before anything is written, so parallel pushes cannot all pass the front's check before one is counted.
-        const slot = takeAddressSlot(deps.failures, deps.limits, request.ip, now);
-        if (!slot.ok) throw slot.error;
         const secret = newSecret();
-        try {
-          // Last, all or none: a push refused for one credential leaves the other usable (DESIGN.md §1).
-          await useCredentialsOnce(store, { assertion: assertionReplay, proof: proof?.replay }, now);
-          const record: PushedRequestRecord = { digest: secret.digest, clientId: client.clientId, parameters: [...pushed], expiresAt: now + PUSHED_REQUEST_LIFETIME_MS };
-          await store.savePushedRequest(record);
-        } catch (error) {
-          // Nothing kept: the refusal is counted as a failure by the front instead.
-          slot.release();
-          throw error;
-        }
-        return { status: 201, body: { request_uri: `${REQUEST_URI_PREFIX}${secret.value}`, expires_in: PUSHED_REQUEST_LIFETIME_MS / 1000 } };
+        // Last, all or none: a push refused for one credential leaves the other usable (DESIGN.md §1).
+        await useCredentialsOnce(store, { assertion: assertionReplay, proof: proof?.replay }, now);
+        const record: PushedRequestRecord = { digest: secret.digest, clientId: client.clientId, parameters: [...pushed], expiresAt: now + PUSHED_REQUEST_LIFETIME_MS };
+        await store.savePushedRequest(record);
+        // Each push is kept on the server: it counts against the address like a login request (DESIGN.md §4).
+        return { status: 201, kept: true, body: { request_uri: `${REQUEST_URI_PREFIX}${secret.value}`, expires_in: PUSHED_REQUEST_LIFETIME_MS / 1000 } };
       }),
     );
   };

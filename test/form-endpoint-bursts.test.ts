@@ -1,0 +1,182 @@
+/**
+ * DESIGN.md §7: the failure limits hold under parallel requests at every form endpoint. A request counts as a failure
+ * from the moment it is let in until it is answered, so a burst of bad requests from one address gets at most
+ * `address_failures` answers other than 429, however many arrive before the first is answered. The bad requests here
+ * do real asynchronous work before they fail (jose's check of a forged assertion or DPoP proof), as an attacker's would.
+ */
+import assert from 'node:assert/strict';
+import { before, describe, test } from 'node:test';
+import type { LightMyRequestResponse } from 'fastify';
+import { admitRequest, RequestsInFlight } from '../src/http/failure-limit.js';
+import { FixedWindowLimiter } from '../src/http/rate-limit.js';
+import type { AppLimits } from '../src/context.js';
+import { basic, client, form, ISSUER, REDIRECT, SECRET, testApp, testConfig, type TestApp } from './helpers/app.js';
+import { assertion, JWT_BEARER, newKey, proof, type ClientKey } from './helpers/proofs.js';
+
+const BURST = 40;
+const LIMIT = 5;
+
+const statusCounts = (responses: readonly LightMyRequestResponse[]): Record<number, number> =>
+  responses.reduce<Record<number, number>>((counts, response) => ({ ...counts, [response.statusCode]: (counts[response.statusCode] ?? 0) + 1 }), {});
+
+type Send = (app: Awaited<ReturnType<typeof testApp>>['app'], address: string) => Promise<LightMyRequestResponse>;
+
+const formPost =
+  (url: string, pairs: [string, string][], authorization?: string): Send =>
+  (app, address) =>
+    app.inject({
+      method: 'POST',
+      url,
+      remoteAddress: address,
+      headers: { 'content-type': 'application/x-www-form-urlencoded', ...(authorization !== undefined && { authorization }) },
+      payload: form(pairs),
+    });
+
+/** Bad requests at each form endpoint: a client assertion signed by a stranger's key, refused (401) after jose's check. */
+function badRequests(forged: () => Promise<string>): Record<string, () => Promise<[string, string][]>> {
+  const asSigner = async (): Promise<[string, string][]> => [['client_id', 'signer'], ['client_assertion_type', JWT_BEARER], ['client_assertion', await forged()]];
+  return {
+    '/token': async () => [['grant_type', 'client_credentials'], ...(await asSigner())],
+    '/par': async () => [['response_type', 'code'], ['redirect_uri', REDIRECT], ['code_challenge', 'x'.repeat(43)], ['code_challenge_method', 'S256'], ...(await asSigner())],
+    '/introspect': async () => [['token', 'anything'], ...(await asSigner())],
+    '/revoke': async () => [['token', 'anything'], ...(await asSigner())],
+    '/device_authorization': async () => [['scope', 'read'], ...(await asSigner())],
+  };
+}
+
+let signerKey: ClientKey;
+let strangerKey: ClientKey;
+before(async () => {
+  [signerKey, strangerKey] = [await newKey(), await newKey()];
+});
+
+/** The test app with `signer`, a private_key_jwt client (DESIGN.md §13), and these limits. */
+async function appWithSigner(limits: Partial<AppLimits>): Promise<TestApp> {
+  const base = await testConfig();
+  const signer = client({ clientId: 'signer', kind: 'confidential', assertionKeys: { jwks: { keys: [signerKey.publicJwk] } }, scopes: ['read'] });
+  return testApp({ config: { ...base, clients: new Map([...base.clients, ['signer', signer]]) }, limits });
+}
+
+const forgedAssertion = (): Promise<string> => assertion(strangerKey, { clientId: 'signer', audience: ISSUER });
+
+describe('a burst of bad requests from one address at each form endpoint', () => {
+  for (const [endpoint, pairsOf] of Object.entries(badRequests(forgedAssertion))) {
+    test(`${endpoint}: ${BURST} at once get at most address_failures = ${LIMIT} refusals of their own, the rest 429`, async () => {
+      const t = await appWithSigner({ addressFailures: LIMIT });
+      try {
+        const bodies = await Promise.all(Array.from({ length: BURST }, pairsOf));
+        const responses = await Promise.all(bodies.map((pairs) => formPost(endpoint, pairs)(t.app, '203.0.113.9')));
+        const counts = statusCounts(responses);
+        assert.ok((counts[401] ?? 0) >= 1 && (counts[401] ?? 0) <= LIMIT, JSON.stringify(counts));
+        assert.equal((counts[401] ?? 0) + (counts[429] ?? 0), BURST, JSON.stringify(counts));
+        assert.match(responses.find((response) => response.statusCode === 401)?.json().error_description ?? '', /not signed by a key of this client/);
+        const limited = responses.find((response) => response.statusCode === 429);
+        assert.deepEqual(limited?.json(), { error: 'invalid_request', error_description: 'too many failed requests; slow down' });
+        assert.ok(Number(limited?.headers['retry-after']) >= 1);
+        // Another address is not affected.
+        const other = await formPost('/token', [['grant_type', 'client_credentials']], basic('service', SECRET))(t.app, '198.51.100.4');
+        assert.equal(other.statusCode, 200, other.body);
+      } finally {
+        await t.app.close();
+      }
+    });
+  }
+
+  test('/token with forged DPoP proofs: at most address_failures reach the proof check', async () => {
+    const t = await testApp({ limits: { addressFailures: LIMIT } });
+    try {
+      const [key, other] = [await newKey(), await newKey()];
+      const proofs = await Promise.all(Array.from({ length: BURST }, () => proof(key, { htu: `${ISSUER}/token`, signWith: other })));
+      const responses = await Promise.all(
+        proofs.map((forged) =>
+          t.app.inject({
+            method: 'POST',
+            url: '/token',
+            remoteAddress: '203.0.113.10',
+            headers: { 'content-type': 'application/x-www-form-urlencoded', authorization: basic('service', SECRET), dpop: forged },
+            payload: form([['grant_type', 'client_credentials']]),
+          }),
+        ),
+      );
+      const counts = statusCounts(responses);
+      assert.ok((counts[400] ?? 0) >= 1 && (counts[400] ?? 0) <= LIMIT, JSON.stringify(counts));
+      assert.equal((counts[400] ?? 0) + (counts[429] ?? 0), BURST, JSON.stringify(counts));
+      assert.ok(responses.filter((response) => response.statusCode === 400).every((response) => response.json().error === 'invalid_dpop_proof'));
+    } finally {
+      await t.app.close();
+    }
+  });
+
+  test('client_failures holds for a burst naming one client: at most that many refusals, and the client still works from elsewhere', async () => {
+    const t = await appWithSigner({ clientFailures: 3 });
+    try {
+      const bodies = await Promise.all(Array.from({ length: BURST }, badRequests(forgedAssertion)['/token'] as () => Promise<[string, string][]>));
+      const responses = await Promise.all(bodies.map((pairs) => formPost('/token', pairs)(t.app, '203.0.113.11')));
+      const counts = statusCounts(responses);
+      assert.ok((counts[401] ?? 0) >= 1 && (counts[401] ?? 0) <= 3, JSON.stringify(counts));
+      assert.equal((counts[401] ?? 0) + (counts[429] ?? 0), BURST, JSON.stringify(counts));
+      const elsewhere = await formPost('/token', [['grant_type', 'client_credentials']], basic('service', SECRET))(t.app, '198.51.100.5');
+      assert.equal(elsewhere.statusCode, 200, elsewhere.body);
+    } finally {
+      await t.app.close();
+    }
+  });
+
+  test('answered requests give their count back: parallel good requests leave the whole budget for failures', async () => {
+    const t = await testApp({ limits: { addressFailures: LIMIT } });
+    try {
+      const good = formPost('/token', [['grant_type', 'client_credentials']], basic('service', SECRET));
+      for (let round = 0; round < 4; round += 1) {
+        const answers = await Promise.all(Array.from({ length: LIMIT - 1 }, () => good(t.app, '203.0.113.12')));
+        assert.deepEqual(statusCounts(answers), { 200: LIMIT - 1 });
+      }
+      const bad = formPost('/token', [['grant_type', 'client_credentials']], basic('service', 'not the secret'));
+      for (let i = 0; i < LIMIT; i += 1) assert.equal((await bad(t.app, '203.0.113.12')).statusCode, 401);
+      assert.equal((await good(t.app, '203.0.113.12')).statusCode, 429);
+    } finally {
+      await t.app.close();
+    }
+  });
+});
+
+describe('requests in flight, per worker', () => {
+  const now = Date.now();
+  const limits = { addressFailures: 5, clientFailures: 300 };
+
+  test('one process: as many in flight as the budget has left, and a settled failure takes its place for good', () => {
+    const limiter = new FixedWindowLimiter(60_000);
+    const inFlight = new RequestsInFlight();
+    const admitted = Array.from({ length: 8 }, () => admitRequest(limiter, inFlight, limits, '203.0.113.1', 'c', now));
+    assert.deepEqual(admitted.map((admission) => admission.ok), [true, true, true, true, true, false, false, false]);
+    const [first, second] = admitted;
+    if (first?.ok !== true || second?.ok !== true) throw new Error('admitted');
+    first.settle('failed', now);
+    second.settle('done', now);
+    // One failure counted, three in flight: one more may start.
+    assert.equal(admitRequest(limiter, inFlight, limits, '203.0.113.1', 'c', now).ok, true);
+    assert.equal(admitRequest(limiter, inFlight, limits, '203.0.113.1', 'c', now).ok, false);
+    assert.equal(limiter.counted('ip:203.0.113.1', now), 1);
+  });
+
+  test('two workers: each may have its half of what is left in flight, and one while anything is left', () => {
+    const limiter = new FixedWindowLimiter(60_000);
+    const inFlight = new RequestsInFlight(2);
+    const admitted = Array.from({ length: 4 }, () => admitRequest(limiter, inFlight, limits, '203.0.113.2', undefined, now));
+    assert.deepEqual(admitted.map((admission) => admission.ok), [true, true, false, false]);
+    for (const admission of admitted) if (admission.ok) admission.settle('failed', now);
+    // 3 left: one in flight per worker.
+    const [third, fourth] = [admitRequest(limiter, inFlight, limits, '203.0.113.2', undefined, now), admitRequest(limiter, inFlight, limits, '203.0.113.2', undefined, now)];
+    assert.deepEqual([third.ok, fourth.ok], [true, false]);
+  });
+
+  test('settling twice counts once; a kept request counts against the address alone', () => {
+    const limiter = new FixedWindowLimiter(60_000);
+    const inFlight = new RequestsInFlight();
+    const admission = admitRequest(limiter, inFlight, limits, '203.0.113.3', 'c', now);
+    if (!admission.ok) throw new Error('admitted');
+    admission.settle('kept', now);
+    admission.settle('failed', now);
+    assert.equal(limiter.counted('ip:203.0.113.3', now), 1);
+    assert.equal(limiter.counted('client:203.0.113.3:c', now), 0);
+  });
+});
