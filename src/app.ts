@@ -123,6 +123,7 @@ function authorizeDeps(services: AppServices, store: Store): AuthorizeRouteDeps 
     signInPage: services.signInPage,
     isKnownSubject: services.isKnownSubject,
     failures: services.failures,
+    inFlight: services.inFlight,
     limits: failureLimits(services),
   };
 }

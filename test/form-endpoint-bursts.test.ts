@@ -10,7 +10,8 @@ import type { LightMyRequestResponse } from 'fastify';
 import { admitRequest, RequestsInFlight } from '../src/http/failure-limit.js';
 import { FixedWindowLimiter } from '../src/http/rate-limit.js';
 import type { AppLimits } from '../src/context.js';
-import { basic, client, form, ISSUER, REDIRECT, SECRET, testApp, testConfig, type TestApp } from './helpers/app.js';
+import { appPerSuite, basic, client, form, ISSUER, REDIRECT, SECRET, testApp, testConfig, webappAuthorizeUrl, type TestApp } from './helpers/app.js';
+import { STORE_KINDS } from './helpers/databases.js';
 import { assertion, JWT_BEARER, newKey, proof, type ClientKey } from './helpers/proofs.js';
 
 const BURST = 40;
@@ -180,3 +181,27 @@ describe('requests in flight, per worker', () => {
     assert.equal(limiter.counted('client:203.0.113.3:c', now), 0);
   });
 });
+
+for (const kind of STORE_KINDS) {
+  describe(`/authorize under a burst from one address, on the ${kind.name} store`, { skip: kind.skip }, () => {
+    let t: TestApp;
+    appPerSuite(kind, async () => ({ limits: { addressFailures: LIMIT } }), (opened) => {
+      t = opened;
+    });
+
+    test(`${BURST} requests naming an unknown request_uri at once: at most address_failures = ${LIMIT} error pages, the rest 429`, async () => {
+      const url = `/authorize?${new URLSearchParams({ client_id: 'webapp', request_uri: `urn:ietf:params:oauth:request_uri:${'A'.repeat(43)}` })}`;
+      const responses = await Promise.all(Array.from({ length: BURST }, () => t.app.inject({ url, remoteAddress: '203.0.113.20' })));
+      const counts = statusCounts(responses);
+      assert.ok((counts[400] ?? 0) >= 1 && (counts[400] ?? 0) <= LIMIT, JSON.stringify(counts));
+      assert.equal((counts[400] ?? 0) + (counts[429] ?? 0), BURST, JSON.stringify(counts));
+    });
+
+    test(`${BURST} sign-ins started at once: at most address_failures = ${LIMIT} login requests kept, the rest 429`, async () => {
+      const responses = await Promise.all(Array.from({ length: BURST }, () => t.app.inject({ url: webappAuthorizeUrl(), remoteAddress: '203.0.113.21' })));
+      const counts = statusCounts(responses);
+      assert.ok((counts[303] ?? 0) >= 1 && (counts[303] ?? 0) <= LIMIT, JSON.stringify(counts));
+      assert.equal((counts[303] ?? 0) + (counts[429] ?? 0), BURST, JSON.stringify(counts));
+    });
+  });
+}

@@ -7,7 +7,7 @@ import { refreshLifetimeOf } from '../policy/grant-eligibility.js';
 import { sameBrowser } from '../session/csrf.js';
 import type { ClientDirectory } from '../clients/directory.js';
 import type { CookieSettings } from '../http/cookies.js';
-import { countAgainstAddress, countFailure, tooManyFailures, type FailureLimits } from '../http/failure-limit.js';
+import { admitRequest, countsAsFailure, type FailureLimits, type RequestOutcome, type RequestsInFlight } from '../http/failure-limit.js';
 import type { FixedWindowLimiter } from '../http/rate-limit.js';
 import { expiredSignIn, isLoginId, startLogin, type LoginStart } from '../session/login-request.js';
 import { pageHeaders } from '../http/pages.js';
@@ -52,7 +52,14 @@ export interface AuthorizeRouteDeps {
   readonly isKnownSubject: (subject: string) => boolean;
   /** The per-address failure counter every endpoint shares, and its limits (DESIGN.md §7). */
   readonly failures: FixedWindowLimiter;
+  /** This process's requests still being answered, counted against the same limits until they end. */
+  readonly inFlight: RequestsInFlight;
   readonly limits: FailureLimits;
+}
+
+/** What an /authorize request comes to for the failure limits (DESIGN.md §7), set as it goes and counted when it ends. */
+interface Tally {
+  outcome: RequestOutcome;
 }
 
 /** RFC 9126 §4 (DESIGN.md §13): a request_uri that is not one of ours, expired, used, or another client's. */
@@ -107,35 +114,36 @@ async function requestParameters(deps: AuthorizeRouteDeps, sent: Params, clientI
 }
 
 /** A refused request counts against the address (and the client it names); untrusted client or redirect URI: a page, else back to the client. */
-function refuse(deps: AuthorizeRouteDeps, request: FastifyRequest, reply: FastifyReply, clientId: string | undefined, refusal: Exclude<AuthorizationValidation, { ok: true }>): FastifyReply {
+function refuseRequest(tally: Tally, request: FastifyRequest, reply: FastifyReply, issuer: string, refusal: Exclude<AuthorizationValidation, { ok: true }>): FastifyReply {
   const error = 'page' in refusal ? refusal.page : refusal.redirect.error;
-  countFailure(deps.failures, request.ip, clientId, error.status, deps.now());
+  if (countsAsFailure(error.status)) tally.outcome = 'failed';
   if ('page' in refusal) return sendErrorPage(reply, refusal.page);
   const { redirectUri, state } = refusal.redirect;
   request.outcome = error.code;
-  return pageHeaders(reply).redirect(errorRedirect(deps.issuer, redirectUri, error, state), 303);
+  return pageHeaders(reply).redirect(errorRedirect(issuer, redirectUri, error, state), 303);
 }
 
 /** The request /authorize goes on with, validated and (when pushed) taken, with its client; or the answer that refuses it. */
-async function acceptedRequest(deps: AuthorizeRouteDeps, request: FastifyRequest, reply: FastifyReply, sent: Params): Promise<{ authorization: PendingAuthorization; client?: ClientRecord } | { refused: FastifyReply }> {
-  // The client the request claims to be: for the limits, and resolved once (a repeated client_id is refused below).
-  const clientId = sent.get('client_id')?.length === 1 ? single(sent, 'client_id') : undefined;
-  const limited = tooManyFailures(deps.failures, deps.limits, request.ip, clientId, deps.now());
-  if (limited !== undefined) return { refused: sendErrorPage(reply, limited) };
-  // A metadata document fetch is work an address makes the server do: it counts like a failure (DESIGN.md §9), in the
-  // same step as the check, so parallel requests cannot all pass it before one is counted (as at the form endpoints).
-  if (clientId !== undefined && deps.clients.fetchesToResolve(clientId) > 0) countAgainstAddress(deps.failures, request.ip, deps.now());
+async function acceptedRequest(
+  deps: AuthorizeRouteDeps,
+  tally: Tally,
+  request: FastifyRequest,
+  reply: FastifyReply,
+  sent: Params,
+  clientId: string | undefined,
+): Promise<{ authorization: PendingAuthorization; client?: ClientRecord } | { refused: FastifyReply }> {
+  const refuse = (refusal: Exclude<AuthorizationValidation, { ok: true }>): FastifyReply => refuseRequest(tally, request, reply, deps.issuer, refusal);
   const chosen = await requestParameters(deps, sent, clientId);
-  if (chosen instanceof OAuthError) return { refused: refuse(deps, request, reply, clientId, { ok: false, page: chosen }) };
+  if (chosen instanceof OAuthError) return { refused: refuse({ ok: false, page: chosen }) };
   const { params, pushed } = chosen;
   const resolution = clientId === undefined ? { found: false as const } : await deps.clients.resolve(clientId);
   const validation = validateAuthorizationRequest(params, resolution, deps.issuer, pushed === undefined ? 'authorize' : 'pushed');
-  if (!validation.ok) return { refused: refuse(deps, request, reply, clientId, validation) };
+  if (!validation.ok) return { refused: refuse(validation) };
   const authorization = validation.request;
   request.clientId = authorization.clientId;
   // Single use (RFC 9126 §4), taken once the request is valid: of two browsers using one request_uri, one goes on.
   if (pushed !== undefined && !(await deps.store.takePushedRequest(pushed, authorization.clientId, deps.now()))) {
-    return { refused: refuse(deps, request, reply, clientId, { ok: false, page: unusableRequestUri() }) };
+    return { refused: refuse({ ok: false, page: unusableRequestUri() }) };
   }
   return { authorization, ...(resolution.found && { client: resolution.client }) };
 }
@@ -147,12 +155,12 @@ function promptNoneRefused(deps: AuthorizeRouteDeps, request: FastifyRequest, re
 }
 
 /** A valid request: a code when the person is signed in as it asks and has consented where needed, else sign-in or consent first. */
-async function signInOrFinish(deps: AuthorizeRouteDeps, request: FastifyRequest, reply: FastifyReply, authorization: PendingAuthorization, client: ClientRecord | undefined): Promise<FastifyReply> {
+async function signInOrFinish(deps: AuthorizeRouteDeps, tally: Tally, request: FastifyRequest, reply: FastifyReply, authorization: PendingAuthorization, client: ClientRecord | undefined): Promise<FastifyReply> {
   const session = await currentSession(deps, request, deps.now());
   if (session === undefined || !sessionSatisfies(authorization, session, deps.now())) {
     if (authorization.prompt === 'none') return promptNoneRefused(deps, request, reply, authorization, new OAuthError('login_required', 'the person is not signed in'));
     // Each sign-in keeps a login request on the server: they count against the address (DESIGN.md §4), so a loop cannot fill the store.
-    countAgainstAddress(deps.failures, request.ip, deps.now());
+    tally.outcome = 'kept';
     return startLogin(loginStart(deps), request, reply, { kind: 'authorize', authorization });
   }
   if (client === undefined) return sendErrorPage(reply, expiredSignIn());
@@ -161,16 +169,29 @@ async function signInOrFinish(deps: AuthorizeRouteDeps, request: FastifyRequest,
     if (authorization.prompt === 'none') {
       return promptNoneRefused(deps, request, reply, authorization, new OAuthError('consent_required', 'the person has not allowed this client yet'));
     }
-    countAgainstAddress(deps.failures, request.ip, deps.now());
+    tally.outcome = 'kept';
     return startLogin(loginStart(deps), request, reply, { kind: 'authorize', authorization }, consentPage(deps));
   }
   return finish(deps, request, reply, authorization, session, client);
 }
 
 async function handle(deps: AuthorizeRouteDeps, request: FastifyRequest, reply: FastifyReply, sent: Params): Promise<FastifyReply> {
-  const accepted = await acceptedRequest(deps, request, reply, sent);
-  if ('refused' in accepted) return accepted.refused;
-  return signInOrFinish(deps, request, reply, accepted.authorization, accepted.client);
+  // The client the request claims to be: for the limits, and resolved once (a repeated client_id is refused later).
+  const clientId = sent.get('client_id')?.length === 1 ? single(sent, 'client_id') : undefined;
+  // A metadata document fetch is work an address makes the server do: it counts like a failure (DESIGN.md §9), in the
+  // same step as the check, and the request counts as a failure until it ends, as at the form endpoints.
+  const fetches = clientId === undefined ? 0 : deps.clients.fetchesToResolve(clientId);
+  const admission = admitRequest(deps.failures, deps.inFlight, deps.limits, request.ip, clientId, deps.now(), fetches);
+  if (!admission.ok) return sendErrorPage(reply, admission.error);
+  const tally: Tally = { outcome: 'done' };
+  try {
+    const accepted = await acceptedRequest(deps, tally, request, reply, sent, clientId);
+    if ('refused' in accepted) return accepted.refused;
+    return await signInOrFinish(deps, tally, request, reply, accepted.authorization, accepted.client);
+  } finally {
+    // An error thrown past here is counted by the app's error handler (http/transport.ts).
+    admission.settle(tally.outcome, deps.now());
+  }
 }
 
 /** Continues a login request once the person has signed in, in the browser that started it. */
