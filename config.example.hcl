@@ -69,7 +69,7 @@ state {
 # password_hash comes from:  printf 'wonderland' | npx pinpoint hash-password
 # The demo password of alice is "wonderland".
 user "alice" {
-  password_hash = "scrypt$N=32768,r=8,p=1$f4uHu7UyGPJy08sxsNOP3w$k5Bd1Dv-bSYTNE4WIU2LlGtlZWE8JyVhEAyEUD4G0hI"
+  password_hash = "scrypt$N=131072,r=8,p=1$JzfutlZp5RIJB6-0mtON4A$glYlChpI7LD3Kt_QrGT8GhDYdSzxB3HpxhFQshUzLGs"
   email         = "alice@example.org"   # optional, for the email claim
   name          = "Alice Example"       # optional, for the name claim
 }

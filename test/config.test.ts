@@ -523,6 +523,19 @@ describe('users and federations', () => {
     assert.ok(!lines.join('\n').includes('plain-text-password'));
   });
 
+  test('a password_hash cheaper than new hashes (0.2.0 wrote N = 2^15) gets a warning naming the user; one of today is quiet', async () => {
+    const older = await hashPassword('wonderland', { N: 2 ** 15, r: 8, p: 1 });
+    const { warnings, file } = await load(VALID.replace(HASH, older));
+    assert.ok(
+      warnings.includes(`${file}:3: user "alice": password_hash uses scrypt N = 2^15, r = 8, p = 1, cheaper than N = 2^17, r = 8, p = 1 of new hashes; make a new one with \`pinpoint hash-password\``),
+      warnings.join('\n'),
+    );
+    const { warnings: quiet } = await load(VALID);
+    assert.ok(!quiet.some((warning) => warning.includes('password_hash')), quiet.join('\n'));
+    const { warnings: example } = await loadConfig(resolve('config.example.hcl'));
+    assert.ok(!example.some((warning) => warning.includes('password_hash')), example.join('\n'));
+  });
+
   test('a user needs a password_hash; email must look like one', async () => {
     const { lines, file } = await problemsOf(`${VALID}user "bob" {\n  email = "bob"\n}\n`);
     assertProblem(lines, `${file}:10: user "bob": password_hash is required; generate it with \`pinpoint hash-password\``);

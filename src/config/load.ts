@@ -5,6 +5,7 @@ import { LABELED_BLOCKS, SINGLE_BLOCKS, type HclBody } from './block-types.js';
 import { splitTopLevel, type BlockInstance, type PlacedMessage } from './blocks.js';
 import { checkReadableFile, exposureWarning, readSecretFile, readSmallFile } from './files.js';
 import { parsePublicJwkSetText, unimportableKeyProblem } from '../crypto/jwk-set.js';
+import { DEFAULT_COST, passwordCheckOf } from '../crypto/password.js';
 import type { JSONWebKeySet } from 'jose';
 import { deepFreeze, frozenMap } from './frozen.js';
 import { readHcl } from './hcl.js';
@@ -303,6 +304,15 @@ function buildUser(instance: BlockInstance, findings: Findings): UserRecord | un
   if (!USER_LABEL.test(username)) findings.problem({ ...place, message: 'the user name must be non-empty, without spaces, colons or control characters' });
   const value = validate(userSpec, instance.body, place, findings);
   if (value.password_hash === undefined) return undefined;
+  const cost = passwordCheckOf('', value.password_hash)?.cost;
+  // Weaker than new hashes, and a sign-in with it answers sooner than one for an unknown name: timing tells it exists.
+  if (cost !== undefined && cost.N * cost.r * cost.p < DEFAULT_COST.N * DEFAULT_COST.r * DEFAULT_COST.p) {
+    findings.warning({
+      ...place,
+      attribute: 'password_hash',
+      message: `uses scrypt N = 2^${Math.log2(cost.N)}, r = ${cost.r}, p = ${cost.p}, cheaper than N = 2^17, r = 8, p = 1 of new hashes; make a new one with \`pinpoint hash-password\``,
+    });
+  }
   return {
     username,
     passwordHash: value.password_hash,
