@@ -7,7 +7,7 @@
 import assert from 'node:assert/strict';
 import { before, describe, test } from 'node:test';
 import type { LightMyRequestResponse } from 'fastify';
-import { admitRequest, RequestsInFlight } from '../src/http/failure-limit.js';
+import { admitRequest, RequestsInFlight, type Admission, type AdmissionRequest } from '../src/http/failure-limit.js';
 import { FixedWindowLimiter } from '../src/http/rate-limit.js';
 import type { AppLimits } from '../src/context.js';
 import { appPerSuite, basic, client, form, ISSUER, REDIRECT, SECRET, testApp, testConfig, webappAuthorizeUrl, type TestApp } from './helpers/app.js';
@@ -141,44 +141,99 @@ describe('a burst of bad requests from one address at each form endpoint', () =>
 });
 
 describe('requests in flight, per worker', () => {
-  const now = Date.now();
   const limits = { addressFailures: 5, clientFailures: 300 };
+  const request = (address: string, fetches = 0): AdmissionRequest => ({ address, clientId: 'c', fetches: () => fetches });
+  /** Whether `promise` has settled by the next turn of the event loop. */
+  const settledYet = async (promise: Promise<unknown>): Promise<boolean> => Promise.race([promise.then(() => true), new Promise<boolean>((resolve) => setImmediate(() => resolve(false)))]);
+  const admitted = async (promise: Promise<Admission>): Promise<Extract<Admission, { ok: true }>> => {
+    const admission = await promise;
+    if (!admission.ok) throw new Error(`refused: ${admission.error.description}`);
+    return admission;
+  };
 
-  test('one process: as many in flight as the budget has left, and a settled failure takes its place for good', () => {
+  test('one process: as many in flight as the budget has left; the next waits, and starts when one ends without failing', async () => {
     const limiter = new FixedWindowLimiter(60_000);
     const inFlight = new RequestsInFlight();
-    const admitted = Array.from({ length: 8 }, () => admitRequest(limiter, inFlight, limits, '203.0.113.1', 'c', now));
-    assert.deepEqual(admitted.map((admission) => admission.ok), [true, true, true, true, true, false, false, false]);
-    const [first, second] = admitted;
-    if (first?.ok !== true || second?.ok !== true) throw new Error('admitted');
-    first.settle('failed', now);
-    second.settle('done', now);
-    // One failure counted, three in flight: one more may start.
-    assert.equal(admitRequest(limiter, inFlight, limits, '203.0.113.1', 'c', now).ok, true);
-    assert.equal(admitRequest(limiter, inFlight, limits, '203.0.113.1', 'c', now).ok, false);
-    assert.equal(limiter.counted('ip:203.0.113.1', now), 1);
+    const tries = Array.from({ length: 7 }, () => admitRequest(limiter, inFlight, limits, request('203.0.113.1'), Date.now));
+    const first = await Promise.all(tries.slice(0, 5).map(admitted));
+    assert.deepEqual(await Promise.all(tries.slice(5).map(settledYet)), [false, false]);
+    // A success gives its place back: one of the two starts, the other waits on.
+    first[0]?.settle('done', Date.now());
+    assert.deepEqual((await Promise.all(tries.slice(5).map(settledYet))).sort(), [false, true]);
+    // Once the address has failed in this window, what does not fit is refused instead: a burst ends at once.
+    first[1]?.settle('failed', Date.now());
+    const answers = await Promise.all(tries.slice(5));
+    assert.deepEqual(answers.map((answer) => answer.ok).sort(), [false, true]);
+    assert.equal(limiter.counted('ip:203.0.113.1', Date.now()), 1);
   });
 
-  test('two workers: each may have its half of what is left in flight, and one while anything is left', () => {
+  test('a request waiting while the budget is used up by failures gets 429 with the rest of the window as Retry-After', async () => {
+    const limiter = new FixedWindowLimiter(60_000);
+    const inFlight = new RequestsInFlight();
+    const small = { addressFailures: 2, clientFailures: 300 };
+    const tries = Array.from({ length: 3 }, () => admitRequest(limiter, inFlight, small, request('203.0.113.4'), Date.now));
+    const first = await Promise.all(tries.slice(0, 2).map(admitted));
+    for (const admission of first) admission.settle('failed', Date.now());
+    const waited = await tries[2];
+    assert.equal(waited?.ok, false);
+    if (waited?.ok !== false) return;
+    assert.equal(waited.error.status, 429);
+    assert.ok(Number(waited.error.headers['Retry-After']) > 50, JSON.stringify(waited.error.headers));
+  });
+
+  test('a fetch that no longer fits the budget is refused at once, with the rest of the window as Retry-After', async () => {
+    const limiter = new FixedWindowLimiter(60_000);
+    const inFlight = new RequestsInFlight();
+    const three = { addressFailures: 3, clientFailures: 300 };
+    for (let i = 0; i < 2; i += 1) limiter.hit('ip:203.0.113.5', Date.now());
+    const refused = await admitRequest(limiter, inFlight, three, request('203.0.113.5', 1), Date.now);
+    assert.equal(refused.ok, false);
+    if (refused.ok) return;
+    assert.ok(Number(refused.error.headers['Retry-After']) > 50, JSON.stringify(refused.error.headers));
+  });
+
+  test('two workers: each may have its half of what is left in flight, and one while anything is left', async () => {
     const limiter = new FixedWindowLimiter(60_000);
     const inFlight = new RequestsInFlight(2);
-    const admitted = Array.from({ length: 4 }, () => admitRequest(limiter, inFlight, limits, '203.0.113.2', undefined, now));
-    assert.deepEqual(admitted.map((admission) => admission.ok), [true, true, false, false]);
-    for (const admission of admitted) if (admission.ok) admission.settle('failed', now);
-    // 3 left: one in flight per worker.
-    const [third, fourth] = [admitRequest(limiter, inFlight, limits, '203.0.113.2', undefined, now), admitRequest(limiter, inFlight, limits, '203.0.113.2', undefined, now)];
-    assert.deepEqual([third.ok, fourth.ok], [true, false]);
+    const tries = Array.from({ length: 4 }, () => admitRequest(limiter, inFlight, limits, { address: '203.0.113.2', clientId: undefined, fetches: () => 0 }, Date.now));
+    const first = await Promise.all(tries.slice(0, 2).map(admitted));
+    assert.deepEqual(await Promise.all(tries.slice(2).map(settledYet)), [false, false]);
+    for (const admission of first) admission.settle('failed', Date.now());
+    // 3 left: one in flight per worker; the other is refused, its address having failed.
+    const answers = await Promise.all(tries.slice(2));
+    assert.deepEqual(answers.map((answer) => answer.ok), [true, false]);
   });
 
-  test('settling twice counts once; a kept request counts against the address alone', () => {
+  test('settling twice counts once; a kept request counts against the address alone', async () => {
     const limiter = new FixedWindowLimiter(60_000);
     const inFlight = new RequestsInFlight();
-    const admission = admitRequest(limiter, inFlight, limits, '203.0.113.3', 'c', now);
-    if (!admission.ok) throw new Error('admitted');
-    admission.settle('kept', now);
-    admission.settle('failed', now);
-    assert.equal(limiter.counted('ip:203.0.113.3', now), 1);
-    assert.equal(limiter.counted('client:203.0.113.3:c', now), 0);
+    const admission = await admitted(admitRequest(limiter, inFlight, limits, request('203.0.113.3'), Date.now));
+    admission.settle('kept', Date.now());
+    admission.settle('failed', Date.now());
+    assert.equal(limiter.counted('ip:203.0.113.3', Date.now()), 1);
+    assert.equal(limiter.counted('client:203.0.113.3:c', Date.now()), 0);
+  });
+});
+
+describe('good requests are never refused for failures they did not make', () => {
+  const good = formPost('/token', [['grant_type', 'client_credentials']], basic('service', SECRET));
+
+  test('400 good requests at once from one address, default limits (300): all answered 200', async () => {
+    const t = await testApp();
+    try {
+      assert.deepEqual(statusCounts(await Promise.all(Array.from({ length: 400 }, () => good(t.app, '203.0.113.30')))), { 200: 400 });
+    } finally {
+      await t.app.close();
+    }
+  });
+
+  test('as one of 64 workers (each lets in 1/64 of an address\'s budget): 40 good requests at once all answered 200', async () => {
+    const t = await testApp({ workers: 64 });
+    try {
+      assert.deepEqual(statusCounts(await Promise.all(Array.from({ length: 40 }, () => good(t.app, '203.0.113.31')))), { 200: 40 });
+    } finally {
+      await t.app.close();
+    }
   });
 });
 

@@ -50,13 +50,20 @@ export function tooManyFailures(
 const slowDown = (retryAfterSeconds: number): OAuthError =>
   new OAuthError('invalid_request', 'too many failed requests; slow down', 429, { 'Retry-After': String(retryAfterSeconds) });
 
+/** How long a request may wait for requests of its address in flight to end before it is let in (they end sooner). */
+export const ADMISSION_WAIT_MS = 10_000;
+/** Requests waiting at most per address (or client from an address) in one process; beyond it, 429. */
+export const MAX_WAITING = 1_000;
+
 /**
- * Requests of each address, and of each client from an address, that this process is still answering. Until it is
- * answered, a request counts against its failure budgets as if it will fail, so a burst of parallel requests cannot all
- * pass a check made before any of them was counted (DESIGN.md §7). An entry lives only while its requests do.
+ * Requests of each address, and of each client from an address, that this process is still answering, and those
+ * waiting to start. Until it is answered, a request counts against its failure budgets as if it will fail, so a burst
+ * of parallel requests cannot all pass a check made before any of them was counted (DESIGN.md §7). Entries live only
+ * while their requests do.
  */
 export class RequestsInFlight {
   readonly #counts = new Map<string, number>();
+  readonly #waiting = new Map<string, Set<() => void>>();
 
   /** `workers`: the processes that share the budgets (DESIGN.md §11), each of which may have its share in flight. */
   constructor(private readonly workers = 1) {}
@@ -71,10 +78,35 @@ export class RequestsInFlight {
     this.#counts.set(key, (this.#counts.get(key) ?? 0) + 1);
   }
 
+  /** Ends one request of `key` and wakes every request waiting on it, to judge again what is left. */
   end(key: string): void {
     const left = (this.#counts.get(key) ?? 0) - 1;
     if (left > 0) this.#counts.set(key, left);
     else this.#counts.delete(key);
+    const waiting = this.#waiting.get(key);
+    if (waiting === undefined) return;
+    this.#waiting.delete(key);
+    for (const wake of waiting) wake();
+  }
+
+  /** Resolves true once a request of `key` ends, false after `ms` or at once when MAX_WAITING already wait. */
+  async waitForEnd(key: string, ms: number): Promise<boolean> {
+    let waiting = this.#waiting.get(key);
+    if (waiting === undefined) this.#waiting.set(key, (waiting = new Set()));
+    if (waiting.size >= MAX_WAITING) return false;
+    const queue = waiting;
+    return new Promise<boolean>((resolve) => {
+      const wake = (): void => {
+        clearTimeout(timer);
+        resolve(true);
+      };
+      const timer = setTimeout(() => {
+        queue.delete(wake);
+        if (queue.size === 0 && this.#waiting.get(key) === queue) this.#waiting.delete(key);
+        resolve(false);
+      }, ms);
+      queue.add(wake);
+    });
   }
 }
 
@@ -90,45 +122,83 @@ export type Admission =
   | { readonly ok: false; readonly error: OAuthError }
   | { readonly ok: true; readonly settle: (outcome: RequestOutcome, now: number) => void };
 
+/** What admission needs to know of a request. */
+export interface AdmissionRequest {
+  readonly address: string;
+  readonly clientId: string | undefined;
+  /**
+   * How many fetches it would make now (metadata documents, key sets: DESIGN.md §9), counted against the address when
+   * it is let in, whatever the outcome; asked again after a wait, since a fetch another request made meanwhile is cached.
+   */
+  readonly fetches: () => number;
+}
+
 /**
  * Lets a request in when neither its address nor its client from that address has used up its failure budget, counting
  * the requests still in flight as failures-to-be: with `address_failures = 5`, 200 parallel bad requests from one
- * address get at most 5 answers other than 429 (plus one per other worker, DESIGN.md §11).
+ * address get at most 5 answers other than 429 (plus one per other worker, DESIGN.md §11). Beyond what is left, a
+ * request of an address (or client) with nothing counted in this window waits for one in flight to end instead of
+ * being refused: an address that has not failed is never told it did, and its many good parallel requests are all
+ * answered.
  */
-export function admitRequest(
+export async function admitRequest(
   limiter: FixedWindowLimiter,
   inFlight: RequestsInFlight,
   limits: FailureLimits,
-  address: string,
-  clientId: string | undefined,
-  now: number,
-  /** How many fetches it will make (metadata documents, key sets: DESIGN.md §9): counted against the address at once, whatever the outcome. */
-  fetches = 0,
-): Admission {
+  request: AdmissionRequest,
+  now: () => number,
+): Promise<Admission> {
+  const deadline = now() + ADMISSION_WAIT_MS;
   // The address budget first: a fetch and a kept request count against it alone.
-  const budgets: [key: string, limit: number, countedNow: number][] = [[addressKey(address), limits.addressFailures, fetches]];
-  if (clientId !== undefined) budgets.push([clientKey(address, clientId), limits.clientFailures, 0]);
-  for (const [key, limit, countedNow] of budgets) {
-    const counted = limiter.counted(key, now);
-    if (counted >= limit) return { ok: false, error: slowDown(limiter.check(key, limit, now).retryAfterSeconds) };
-    // What is in flight ends within the request timeout: a second is enough to wait for one of them.
-    if (!inFlight.mayStart(key, limit - counted - countedNow)) return { ok: false, error: slowDown(1) };
+  const budgets: [key: string, limit: number][] = [[addressKey(request.address), limits.addressFailures]];
+  if (request.clientId !== undefined) budgets.push([clientKey(request.address, request.clientId), limits.clientFailures]);
+  for (;;) {
+    const at = now();
+    // Judged and taken in one synchronous step, so no other request slips between.
+    const verdict = judge(limiter, inFlight, budgets, request.fetches(), at);
+    if (verdict !== undefined && 'waitOn' in verdict) {
+      if (at >= deadline || !(await inFlight.waitForEnd(verdict.waitOn, deadline - at))) return { ok: false, error: slowDown(1) };
+      continue;
+    }
+    if (verdict !== undefined) return { ok: false, error: verdict };
+    return { ok: true, settle: settlement(limiter, inFlight, budgets) };
   }
-  for (const [key, , countedNow] of budgets) {
-    for (let count = 0; count < countedNow; count += 1) limiter.hit(key, now);
+}
+
+/** Takes the request in (undefined), refuses it (the 429), or names the key whose requests in flight it must wait for. */
+function judge(limiter: FixedWindowLimiter, inFlight: RequestsInFlight, budgets: readonly [string, number][], fetches: number, now: number): OAuthError | { waitOn: string } | undefined {
+  let waitOn: string | undefined;
+  for (const [index, [key, limit]] of budgets.entries()) {
+    const countedNow = index === 0 ? fetches : 0;
+    const counted = limiter.counted(key, now);
+    // Nothing in flight can give back what has been counted: only the window's end helps.
+    if (counted + countedNow >= limit) return slowDown(Math.max(1, limiter.check(key, 0, now).retryAfterSeconds));
+    if (!inFlight.mayStart(key, limit - counted - countedNow)) {
+      // One that has failed (or fetched, or kept something) in this window is refused, so a burst ends at once even
+      // where other workers' counts are still on their way; one that has not waits: it is never told it failed.
+      if (counted > 0) return slowDown(1);
+      waitOn ??= key;
+    }
+  }
+  if (waitOn !== undefined) return { waitOn };
+  for (const [index, [key]] of budgets.entries()) {
+    for (let count = 0; count < (index === 0 ? fetches : 0); count += 1) limiter.hit(key, now);
     inFlight.start(key);
   }
+  return undefined;
+}
+
+/** Ends an admitted request once: counts its outcome, then stops counting it as in flight, in one step. */
+function settlement(limiter: FixedWindowLimiter, inFlight: RequestsInFlight, budgets: readonly [string, number][]): (outcome: RequestOutcome, now: number) => void {
   let settled = false;
-  const settle = (outcome: RequestOutcome, at: number): void => {
+  return (outcome, now) => {
     if (settled) return;
     settled = true;
-    // Counted before it stops being in flight, in one step.
     budgets.forEach(([key], index) => {
-      if (outcome === 'failed' || (outcome === 'kept' && index === 0)) limiter.hit(key, at);
+      if (outcome === 'failed' || (outcome === 'kept' && index === 0)) limiter.hit(key, now);
       inFlight.end(key);
     });
   };
-  return { ok: true, settle };
 }
 
 /** Whether an answer counts as a failed request (DESIGN.md §7): a refusal (4xx) other than 429, which counts nothing. */

@@ -180,8 +180,8 @@ async function handle(deps: AuthorizeRouteDeps, request: FastifyRequest, reply: 
   const clientId = sent.get('client_id')?.length === 1 ? single(sent, 'client_id') : undefined;
   // A metadata document fetch is work an address makes the server do: it counts like a failure (DESIGN.md §9), in the
   // same step as the check, and the request counts as a failure until it ends, as at the form endpoints.
-  const fetches = clientId === undefined ? 0 : deps.clients.fetchesToResolve(clientId);
-  const admission = admitRequest(deps.failures, deps.inFlight, deps.limits, request.ip, clientId, deps.now(), fetches);
+  const fetches = (): number => (clientId === undefined ? 0 : deps.clients.fetchesToResolve(clientId));
+  const admission = await admitRequest(deps.failures, deps.inFlight, deps.limits, { address: request.ip, clientId, fetches }, deps.now);
   if (!admission.ok) return sendErrorPage(reply, admission.error);
   const tally: Tally = { outcome: 'done' };
   try {

@@ -1,7 +1,7 @@
 /** The common front of the form-posting OAuth endpoints (/token, /device_authorization). */
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { OAuthError } from '../policy/oauth-error.js';
-import { admitRequest, countsAsFailure, type FailureLimits, type RequestsInFlight } from '../http/failure-limit.js';
+import { admitRequest, countsAsFailure, type FailureLimits, type RequestOutcome, type RequestsInFlight } from '../http/failure-limit.js';
 import { checkLimits, EMPTY_PARAMS, repeatedParameter, type Params } from '../http/params.js';
 import { sendJsonError, toOAuthError } from '../http/render-error.js';
 import type { FixedWindowLimiter } from '../http/rate-limit.js';
@@ -38,9 +38,12 @@ export async function handleFormEndpoint(
   request.clientId = clientId;
   // DESIGN.md §9: a document fetch counts against the address, before it starts and in the same step as the check,
   // so neither a success nor a burst of parallel requests makes the server fetch beyond the address's limit.
-  const fetches = clientId === undefined ? 0 : deps.fetchesToResolve(clientId, presented.assertion?.jwt !== undefined);
-  const admission = admitRequest(deps.failures, deps.inFlight, deps.limits, request.ip, clientId, deps.now(), fetches);
+  const withAssertion = presented.assertion?.jwt !== undefined;
+  const fetches = (): number => (clientId === undefined ? 0 : deps.fetchesToResolve(clientId, withAssertion));
+  const admission = await admitRequest(deps.failures, deps.inFlight, deps.limits, { address: request.ip, clientId, fetches }, deps.now);
   if (!admission.ok) return sendJsonError(reply, admission.error);
+  // Counted once, however the request ends (a refusal sets it below).
+  let outcome: RequestOutcome = 'done';
   try {
     if (request.headers['content-type'] === undefined && request.body === undefined) {
       throw new OAuthError('invalid_request', 'the body must be application/x-www-form-urlencoded', 415);
@@ -51,14 +54,17 @@ export async function handleFormEndpoint(
     const repeated = repeatedParameter(params, ['resource']);
     if (repeated !== undefined) throw new OAuthError('invalid_request', `${repeated} appears more than once`);
     const { status, body, kept } = await handle(params, presented);
-    admission.settle(kept === true ? 'kept' : 'done', deps.now());
+    if (kept === true) outcome = 'kept';
+    admission.settle(outcome, deps.now());
     request.outcome = 'ok';
     return reply.code(status ?? 200).header('Cache-Control', 'no-store').header('Pragma', 'no-cache').send(body);
   } catch (error) {
     const oauthError = toOAuthError(error, request);
     // RFC 8628 §3.5: authorization_pending and slow_down are how polling waits, not failed requests.
     const waiting = oauthError.code === 'authorization_pending' || oauthError.code === 'slow_down';
-    admission.settle(!waiting && countsAsFailure(oauthError.status) ? 'failed' : 'done', deps.now());
+    if (!waiting && countsAsFailure(oauthError.status)) outcome = 'failed';
     return sendJsonError(reply, oauthError);
+  } finally {
+    admission.settle(outcome, deps.now());
   }
 }

@@ -69,14 +69,24 @@ export interface TestApp {
 }
 
 export async function testApp(
-  options: { config?: Config; store?: Store; now?: () => number; limits?: Partial<AppLimits>; logger?: import('pino').Logger; metrics?: import('../../src/http/metrics.js').Metrics; keys?: import('../../src/crypto/keys.js').KeyRing } = {},
+  options: {
+    config?: Config;
+    store?: Store;
+    now?: () => number;
+    limits?: Partial<AppLimits>;
+    logger?: import('pino').Logger;
+    metrics?: import('../../src/http/metrics.js').Metrics;
+    keys?: import('../../src/crypto/keys.js').KeyRing;
+    /** How many workers this app is one of (DESIGN.md §11): its share of the failure limits. */
+    workers?: number;
+  } = {},
 ): Promise<TestApp> {
   const config = options.config ?? (await testConfig());
   const store = options.store ?? new MemoryStore();
   const keys = options.keys ?? (await loadSigningKeys(store));
   // Tests that send many sign-ins at once are about limits, not the hashing pool's 5 s wait: a busy CI machine may take longer.
   const limits = { passwordWaitMs: 120_000, ...options.limits };
-  const { app, ctx } = await buildApp({ config, store, keys, now: options.now, limits, logger: options.logger, metrics: options.metrics });
+  const { app, ctx } = await buildApp({ config, store, keys, now: options.now, limits, logger: options.logger, metrics: options.metrics, ...(options.workers !== undefined && { workers: options.workers }) });
   await app.ready();
   return { app, ctx, store };
 }
