@@ -142,6 +142,8 @@ describe('a burst of bad requests from one address at each form endpoint', () =>
 
 describe('requests in flight, per worker', () => {
   const limits = { addressFailures: 5, clientFailures: 300 };
+  /** admitRequest, always as a promise (it answers at once when it need not wait). */
+  const admit = (...args: Parameters<typeof admitRequest>): Promise<Admission> => Promise.resolve(admitRequest(...args));
   const request = (address: string, fetches = 0): AdmissionRequest => ({ address, clientId: 'c', fetches: () => fetches });
   /** Whether `promise` has settled by the next turn of the event loop. */
   const settledYet = async (promise: Promise<unknown>): Promise<boolean> => Promise.race([promise.then(() => true), new Promise<boolean>((resolve) => setImmediate(() => resolve(false)))]);
@@ -154,7 +156,7 @@ describe('requests in flight, per worker', () => {
   test('one process: as many in flight as the budget has left; the next waits, and starts when one ends without failing', async () => {
     const limiter = new FixedWindowLimiter(60_000);
     const inFlight = new RequestsInFlight();
-    const tries = Array.from({ length: 7 }, () => admitRequest(limiter, inFlight, limits, request('203.0.113.1'), Date.now));
+    const tries = Array.from({ length: 7 }, () => admit(limiter, inFlight, limits, request('203.0.113.1'), Date.now));
     const first = await Promise.all(tries.slice(0, 5).map(admitted));
     assert.deepEqual(await Promise.all(tries.slice(5).map(settledYet)), [false, false]);
     // A success gives its place back: one of the two starts, the other waits on.
@@ -171,7 +173,7 @@ describe('requests in flight, per worker', () => {
     const limiter = new FixedWindowLimiter(60_000);
     const inFlight = new RequestsInFlight();
     const small = { addressFailures: 2, clientFailures: 300 };
-    const tries = Array.from({ length: 3 }, () => admitRequest(limiter, inFlight, small, request('203.0.113.4'), Date.now));
+    const tries = Array.from({ length: 3 }, () => admit(limiter, inFlight, small, request('203.0.113.4'), Date.now));
     const first = await Promise.all(tries.slice(0, 2).map(admitted));
     for (const admission of first) admission.settle('failed', Date.now());
     const waited = await tries[2];
@@ -186,7 +188,7 @@ describe('requests in flight, per worker', () => {
     const inFlight = new RequestsInFlight();
     const three = { addressFailures: 3, clientFailures: 300 };
     for (let i = 0; i < 2; i += 1) limiter.hit('ip:203.0.113.5', Date.now());
-    const refused = await admitRequest(limiter, inFlight, three, request('203.0.113.5', 1), Date.now);
+    const refused = await admit(limiter, inFlight, three, request('203.0.113.5', 1), Date.now);
     assert.equal(refused.ok, false);
     if (refused.ok) return;
     assert.ok(Number(refused.error.headers['Retry-After']) > 50, JSON.stringify(refused.error.headers));
@@ -195,7 +197,7 @@ describe('requests in flight, per worker', () => {
   test('two workers: each may have its half of what is left in flight, and one while anything is left', async () => {
     const limiter = new FixedWindowLimiter(60_000);
     const inFlight = new RequestsInFlight(2);
-    const tries = Array.from({ length: 4 }, () => admitRequest(limiter, inFlight, limits, { address: '203.0.113.2', clientId: undefined, fetches: () => 0 }, Date.now));
+    const tries = Array.from({ length: 4 }, () => admit(limiter, inFlight, limits, { address: '203.0.113.2', clientId: undefined, fetches: () => 0 }, Date.now));
     const first = await Promise.all(tries.slice(0, 2).map(admitted));
     assert.deepEqual(await Promise.all(tries.slice(2).map(settledYet)), [false, false]);
     for (const admission of first) admission.settle('failed', Date.now());
@@ -207,7 +209,7 @@ describe('requests in flight, per worker', () => {
   test('settling twice counts once; a kept request counts against the address alone', async () => {
     const limiter = new FixedWindowLimiter(60_000);
     const inFlight = new RequestsInFlight();
-    const admission = await admitted(admitRequest(limiter, inFlight, limits, request('203.0.113.3'), Date.now));
+    const admission = await admitted(admit(limiter, inFlight, limits, request('203.0.113.3'), Date.now));
     admission.settle('kept', Date.now());
     admission.settle('failed', Date.now());
     assert.equal(limiter.counted('ip:203.0.113.3', Date.now()), 1);

@@ -141,34 +141,48 @@ export interface AdmissionRequest {
  * being refused: an address that has not failed is never told it did, and its many good parallel requests are all
  * answered.
  */
-export async function admitRequest(
+export function admitRequest(
   limiter: FixedWindowLimiter,
   inFlight: RequestsInFlight,
   limits: FailureLimits,
   request: AdmissionRequest,
   now: () => number,
-): Promise<Admission> {
-  const deadline = now() + ADMISSION_WAIT_MS;
+): Admission | Promise<Admission> {
   // The address budget first: a fetch and a kept request count against it alone.
   const budgets: [key: string, limit: number][] = [[addressKey(request.address), limits.addressFailures]];
   if (request.clientId !== undefined) budgets.push([clientKey(request.address, request.clientId), limits.clientFailures]);
+  // Judged and taken in one synchronous step, so no other request slips between; only a wait is asynchronous.
+  const verdict = judge(limiter, inFlight, budgets, request.fetches(), now());
+  if (verdict === undefined) return { ok: true, settle: settlement(limiter, inFlight, budgets) };
+  if (verdict instanceof OAuthError) return { ok: false, error: verdict };
+  return admitAfterWaiting(limiter, inFlight, budgets, request, now, verdict.waitOn);
+}
+
+async function admitAfterWaiting(
+  limiter: FixedWindowLimiter,
+  inFlight: RequestsInFlight,
+  budgets: readonly [string, number][],
+  request: AdmissionRequest,
+  now: () => number,
+  firstWait: string,
+): Promise<Admission> {
+  const deadline = now() + ADMISSION_WAIT_MS;
+  let waitOn = firstWait;
   for (;;) {
-    const at = now();
-    // Judged and taken in one synchronous step, so no other request slips between.
-    const verdict = judge(limiter, inFlight, budgets, request.fetches(), at);
-    if (verdict !== undefined && 'waitOn' in verdict) {
-      if (at >= deadline || !(await inFlight.waitForEnd(verdict.waitOn, deadline - at))) return { ok: false, error: slowDown(1) };
-      continue;
-    }
-    if (verdict !== undefined) return { ok: false, error: verdict };
-    return { ok: true, settle: settlement(limiter, inFlight, budgets) };
+    const left = deadline - now();
+    if (left <= 0 || !(await inFlight.waitForEnd(waitOn, left))) return { ok: false, error: slowDown(1) };
+    const verdict = judge(limiter, inFlight, budgets, request.fetches(), now());
+    if (verdict === undefined) return { ok: true, settle: settlement(limiter, inFlight, budgets) };
+    if (verdict instanceof OAuthError) return { ok: false, error: verdict };
+    waitOn = verdict.waitOn;
   }
 }
 
 /** Takes the request in (undefined), refuses it (the 429), or names the key whose requests in flight it must wait for. */
 function judge(limiter: FixedWindowLimiter, inFlight: RequestsInFlight, budgets: readonly [string, number][], fetches: number, now: number): OAuthError | { waitOn: string } | undefined {
   let waitOn: string | undefined;
-  for (const [index, [key, limit]] of budgets.entries()) {
+  for (let index = 0; index < budgets.length; index += 1) {
+    const [key, limit] = budgets[index] as [string, number];
     const countedNow = index === 0 ? fetches : 0;
     const counted = limiter.counted(key, now);
     // Nothing in flight can give back what has been counted: only the window's end helps.
@@ -181,10 +195,8 @@ function judge(limiter: FixedWindowLimiter, inFlight: RequestsInFlight, budgets:
     }
   }
   if (waitOn !== undefined) return { waitOn };
-  for (const [index, [key]] of budgets.entries()) {
-    for (let count = 0; count < (index === 0 ? fetches : 0); count += 1) limiter.hit(key, now);
-    inFlight.start(key);
-  }
+  for (let count = 0; count < fetches; count += 1) limiter.hit((budgets[0] as [string, number])[0], now);
+  for (const [key] of budgets) inFlight.start(key);
   return undefined;
 }
 

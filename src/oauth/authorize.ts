@@ -181,7 +181,8 @@ async function handle(deps: AuthorizeRouteDeps, request: FastifyRequest, reply: 
   // A metadata document fetch is work an address makes the server do: it counts like a failure (DESIGN.md §9), in the
   // same step as the check, and the request counts as a failure until it ends, as at the form endpoints.
   const fetches = (): number => (clientId === undefined ? 0 : deps.clients.fetchesToResolve(clientId));
-  const admission = await admitRequest(deps.failures, deps.inFlight, deps.limits, { address: request.ip, clientId, fetches }, deps.now);
+  const admitting = admitRequest(deps.failures, deps.inFlight, deps.limits, { address: request.ip, clientId, fetches }, deps.now);
+  const admission = admitting instanceof Promise ? await admitting : admitting;
   if (!admission.ok) return sendErrorPage(reply, admission.error);
   const tally: Tally = { outcome: 'done' };
   try {

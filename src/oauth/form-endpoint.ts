@@ -40,7 +40,9 @@ export async function handleFormEndpoint(
   // so neither a success nor a burst of parallel requests makes the server fetch beyond the address's limit.
   const withAssertion = presented.assertion?.jwt !== undefined;
   const fetches = (): number => (clientId === undefined ? 0 : deps.fetchesToResolve(clientId, withAssertion));
-  const admission = await admitRequest(deps.failures, deps.inFlight, deps.limits, { address: request.ip, clientId, fetches }, deps.now);
+  const admitting = admitRequest(deps.failures, deps.inFlight, deps.limits, { address: request.ip, clientId, fetches }, deps.now);
+  // Most requests are let in at once: no await for them.
+  const admission = admitting instanceof Promise ? await admitting : admitting;
   if (!admission.ok) return sendJsonError(reply, admission.error);
   // Counted once, however the request ends (a refusal sets it below).
   let outcome: RequestOutcome = 'done';
