@@ -17,7 +17,7 @@ import type { FastifyInstance, LightMyRequestResponse } from 'fastify';
 import { buildApp } from '../src/app.js';
 import { MetadataDocuments } from '../src/clients/metadata-document.js';
 import { MemoryStore } from '../src/store/memory.js';
-import { form, ISSUER, testConfig } from './helpers/app.js';
+import { form, ISSUER, LOOPBACK_DOCUMENT_CLIENTS, testConfig } from './helpers/app.js';
 import { assertion, JWT_BEARER, newKey, type ClientKey } from './helpers/proofs.js';
 import { loadSigningKeys } from './helpers/keys.js';
 
@@ -74,15 +74,7 @@ async function withApp(run: (app: FastifyInstance) => Promise<void>): Promise<vo
   const base = await testConfig();
   const config = await testConfig({
     limits: { ...base.limits, addressFailures: ADDRESS_FAILURES },
-    dynamicClients: {
-      audience: ['https://mcp.example.org/mcp'],
-      metadataDocuments: true,
-      registration: 'off',
-      scopes: ['openid', 'mcp'],
-      defaultScope: ['mcp'],
-      refreshReuseGraceMs: 0,
-      allowPrivateAddresses: true,
-    },
+    dynamicClients: LOOPBACK_DOCUMENT_CLIENTS,
   });
   const documents = new MetadataDocuments({ allowPrivateAddresses: true, ca: cert });
   const store = new MemoryStore();

@@ -16,7 +16,7 @@ import { buildApp } from '../src/app.js';
 import { loadSigningKeys } from './helpers/keys.js';
 import { MetadataDocuments } from '../src/clients/metadata-document.js';
 import { MemoryStore } from '../src/store/memory.js';
-import { authorizeUrl, pkce, testConfig } from './helpers/app.js';
+import { authorizeUrl, LOOPBACK_DOCUMENT_CLIENTS, pkce, testConfig } from './helpers/app.js';
 
 const REQUESTS = 26;
 
@@ -45,15 +45,7 @@ before(async () => {
   origin = `https://127.0.0.1:${(server.address() as AddressInfo).port}`;
 
   const config = await testConfig({
-    dynamicClients: {
-      audience: ['https://mcp.example.org/mcp'],
-      metadataDocuments: true,
-      registration: 'off',
-      scopes: ['openid', 'mcp'],
-      defaultScope: ['mcp'],
-      refreshReuseGraceMs: 0,
-      allowPrivateAddresses: true,
-    },
+    dynamicClients: LOOPBACK_DOCUMENT_CLIENTS,
   });
   documents = new MetadataDocuments({ allowPrivateAddresses: true, ca: cert });
   const store = new MemoryStore();

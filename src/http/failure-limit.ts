@@ -33,20 +33,6 @@ export function limitedAddress(address: string): string {
 const addressKey = (address: string): string => `ip:${limitedAddress(address)}`;
 const clientKey = (address: string, clientId: string): string => `client:${limitedAddress(address)}:${clientId}`;
 
-/** 429 when the address, or this client from this address, has failed too often in the current window. */
-export function tooManyFailures(
-  limiter: FixedWindowLimiter,
-  limits: FailureLimits,
-  address: string,
-  clientId: string | undefined,
-  now: number,
-): OAuthError | undefined {
-  const verdicts = [limiter.check(addressKey(address), limits.addressFailures, now)];
-  if (clientId !== undefined) verdicts.push(limiter.check(clientKey(address, clientId), limits.clientFailures, now));
-  const limited = verdicts.find((verdict) => verdict.limited);
-  return limited === undefined ? undefined : slowDown(limited.retryAfterSeconds);
-}
-
 const slowDown = (retryAfterSeconds: number): OAuthError =>
   new OAuthError('invalid_request', 'too many failed requests; slow down', 429, { 'Retry-After': String(retryAfterSeconds) });
 
@@ -231,11 +217,6 @@ export function takeAddressSlot(limiter: FixedWindowLimiter, limits: Pick<Failur
 /** Counts a refused request (4xx other than 429) against its address and, when it names one, its client from that address. */
 export function countFailure(limiter: FixedWindowLimiter, address: string, clientId: string | undefined, status: number, now: number): void {
   if (!countsAsFailure(status)) return;
-  countAgainstAddress(limiter, address, now);
-  if (clientId !== undefined) limiter.hit(clientKey(address, clientId), now);
-}
-
-/** Counts something an address makes the server keep or do (a login request, a fetch) against its failure budget. */
-export function countAgainstAddress(limiter: FixedWindowLimiter, address: string, now: number): void {
   limiter.hit(addressKey(address), now);
+  if (clientId !== undefined) limiter.hit(clientKey(address, clientId), now);
 }

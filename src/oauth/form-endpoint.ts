@@ -57,7 +57,6 @@ export async function handleFormEndpoint(
     if (repeated !== undefined) throw new OAuthError('invalid_request', `${repeated} appears more than once`);
     const { status, body, kept } = await handle(params, presented);
     if (kept === true) outcome = 'kept';
-    admission.settle(outcome, deps.now());
     request.outcome = 'ok';
     return reply.code(status ?? 200).header('Cache-Control', 'no-store').header('Pragma', 'no-cache').send(body);
   } catch (error) {

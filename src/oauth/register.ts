@@ -9,7 +9,7 @@ import type { DynamicClientsConfig } from '../config/types.js';
 import { digestOf, matchesDigest, sha256 } from '../crypto/digest.js';
 import { randomText } from '../crypto/random.js';
 import { newRegisteredClientId } from '../clients/directory.js';
-import { countAgainstAddress, tooManyFailures, type FailureLimits } from '../http/failure-limit.js';
+import { takeAddressSlot, type FailureLimits } from '../http/failure-limit.js';
 import type { FixedWindowLimiter } from '../http/rate-limit.js';
 import { sendJsonError } from '../http/render-error.js';
 import { bounded } from '../log.js';
@@ -122,9 +122,9 @@ function tokenAccepted(expectedToken: Buffer | undefined, request: FastifyReques
 
 /** The answer to a registration refused before its body is read (too many failures, no initial access token); undefined when it may go on. */
 function refusedUpFront(deps: RegistrationRouteDeps, request: FastifyRequest, reply: FastifyReply, settings: Registration, now: number): FastifyReply | undefined {
-  const limited = tooManyFailures(deps.failures, deps.limits, request.ip, undefined, now);
-  if (limited !== undefined) return sendJsonError(reply, limited);
-  countAgainstAddress(deps.failures, request.ip, now);
+  // Every registration attempt counts against the address, taken in the same step as the check and never given back.
+  const slot = takeAddressSlot(deps.failures, deps.limits, request.ip, now);
+  if (!slot.ok) return sendJsonError(reply, slot.error);
   if (settings.registration === 'token' && !tokenAccepted(settings.expectedToken, request)) {
     request.outcome = 'invalid_token';
     return reply

@@ -4,7 +4,7 @@ import { after, before } from 'node:test';
 import type { FastifyInstance, LightMyRequestResponse } from 'fastify';
 import { buildApp } from '../../src/app.js';
 import type { AppLimits, AppServices } from '../../src/context.js';
-import type { ClientRecord, Config, UserRecord } from '../../src/config/types.js';
+import type { ClientRecord, Config, DynamicClientsConfig, UserRecord } from '../../src/config/types.js';
 import { hashPassword } from '../../src/crypto/password.js';
 import { MemoryStore } from '../../src/store/memory.js';
 import type { Store } from '../../src/store/types.js';
@@ -61,6 +61,17 @@ export async function testConfig(overrides: Partial<Config> = {}): Promise<Confi
     ...overrides,
   };
 }
+
+/** Client ID metadata documents on, registration off, documents fetched from this machine (a test HTTPS server on 127.0.0.1). */
+export const LOOPBACK_DOCUMENT_CLIENTS: DynamicClientsConfig = {
+  audience: ['https://mcp.example.org/mcp'],
+  metadataDocuments: true,
+  registration: 'off',
+  scopes: ['openid', 'mcp'],
+  defaultScope: ['mcp'],
+  refreshReuseGraceMs: 0,
+  allowPrivateAddresses: true,
+};
 
 export interface TestApp {
   readonly app: FastifyInstance;
