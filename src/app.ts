@@ -138,6 +138,7 @@ function loginDeps(services: AppServices, store: Store): LoginRouteDeps {
     users: services.config.users,
     upstreams: [...services.config.federations.values()].map((upstream) => upstream.name),
     failures: services.failures,
+    inFlight: services.inFlight,
     limits: { addressFailures, loginFailures, loginFailuresAny, loginWindowMs, passwordHashes, passwordWaitMs, passwordChecksWaiting },
     sessionLifetimeMs: services.sessionLifetimeMs,
     metricsRegistry: services.metrics.registry,
@@ -183,6 +184,7 @@ function devicePageDeps(services: AppServices, store: Store): DevicePageDeps {
     signInPage: services.signInPage,
     limits: { userCodeFailures, userCodeWindowMs, addressFailures: services.limits.addressFailures },
     failures: services.failures,
+    inFlight: services.inFlight,
   };
 }
 

@@ -18,6 +18,7 @@ import type { Config } from './config/types.js';
 import { formatListen } from './config/urls.js';
 import { workerCount, workersWithoutState, type WorkersSetting } from './config/workers.js';
 import { clusterMetrics, processRegistry, serveMetrics, type MetricsText } from './http/metrics.js';
+import { BudgetPool, isBudgetAsk, isBudgetReleased } from './http/budget-shares.js';
 import { fanOutLimiterMessage, isHandoverMessage, isLimiterMessage, relayHandover } from './http/shared-limiter.js';
 import { createLogger } from './log.js';
 import { VERSION } from './version.js';
@@ -149,6 +150,16 @@ class Supervisor {
   /** Rejects when a worker that was already serving dies before the first start completes. */
   #startFailed: (error: Error) => void = () => undefined;
   readonly #signals: [NodeJS.Signals, () => void][] = [];
+  /** What no worker holds of the failure budgets (DESIGN.md §11: limits across workers). */
+  readonly #budgets = new BudgetPool({
+    workers: () => this.#current.count,
+    // Only a serving worker holds any of a budget; one still starting would only make a recall wait.
+    connected: () => [...this.#members].filter((member) => member.ready && member.worker.isConnected()).map((member) => member.worker.id),
+    send: (id, message) => {
+      const worker = this.#workers().find((candidate) => candidate.id === id);
+      if (worker?.isConnected() === true) worker.send(message, undefined, () => undefined);
+    },
+  });
 
   constructor(prepared: Prepared, options: SuperviseOptions) {
     this.#current = prepared;
@@ -245,6 +256,8 @@ class Supervisor {
         relayHandover(message, worker, this.#serving(), this.#workers());
         return;
       }
+      if (isBudgetAsk(message)) return this.#budgets.ask(worker.id, message);
+      if (isBudgetReleased(message)) return this.#budgets.released(worker.id, message);
       if (!isWorkerMessage(message)) return;
       if (message.pinpoint === 'hello') {
         // A worker asked to stop before it said hello has nothing to start.
@@ -264,6 +277,7 @@ class Supervisor {
       clearTimeout(stuck);
       member.exitedAt = Date.now();
       this.#members.delete(member);
+      this.#budgets.gone(worker.id);
       if (!member.ready) notReady(new Error(member.failure ?? `a worker exited (${code ?? signal}) before it was serving`));
       exited();
       this.#onExit(member, code, signal);

@@ -305,17 +305,19 @@ function workersSuite(state: () => Promise<StateSpec>, how: 'config' | 'flag'): 
     assert.equal(pids.size, 2, 'both workers counted failures');
   });
 
-  // Each worker learns the other's counts through the primary: failures that take no I/O (a wrong secret) can come
-  // back faster than that, so a burst spread over both gets up to 5 at each (8-10 measured), never more.
-  test('client_failures = 5 under a parallel burst over both workers: at most 5 failures at each, the rest 429', async () => {
-    const answers = await Promise.all(
-      Array.from({ length: 40 }, () => fresh(server.baseUrl, '/token', { pairs: [['grant_type', 'client_credentials']], auth: basic('limit-probe', 'wrong'), address: '192.0.2.78' })),
-    );
-    const statuses = answers.map((answer) => answer.status);
-    const failures = statuses.filter((status) => status === 401).length;
-    assert.ok(failures >= 1 && failures <= 10, `401s: ${failures} (${statuses.join(' ')})`);
-    assert.equal(failures + statuses.filter((status) => status === 429).length, 40, statuses.join(' '));
-  });
+  // Failures that take no I/O (a wrong secret) come back before the other worker's counts arrive: only the budget's
+  // shares (budget-shares.ts) keep such a burst within the limit. Before them, 7 to 10 of these 40 got through.
+  for (const round of [1, 2, 3]) {
+    test(`client_failures = 5 under a parallel burst over both workers: at most 5 + 2 failures in all, the rest 429 (round ${round})`, async () => {
+      const answers = await Promise.all(
+        Array.from({ length: 40 }, () => fresh(server.baseUrl, '/token', { pairs: [['grant_type', 'client_credentials']], auth: basic('limit-probe', 'wrong'), address: `192.0.2.${77 + round}` })),
+      );
+      const statuses = answers.map((answer) => answer.status);
+      const failures = answers.filter((answer) => answer.status === 401);
+      assert.ok(failures.length >= 1 && failures.length <= 7, `401s: ${failures.length} (${statuses.join(' ')})`);
+      assert.equal(failures.length + statuses.filter((status) => status === 429).length, 40, statuses.join(' '));
+    });
+  }
 
   test('/metrics on metrics.listen is the sum over the workers; process figures keep a worker label', async () => {
     const answers = await requestsSummedAtMetrics(server, metricsPort, 10);

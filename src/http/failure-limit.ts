@@ -4,6 +4,7 @@
  */
 import { isIPv6 } from 'node:net';
 import { OAuthError } from '../policy/oauth-error.js';
+import { BudgetShares, type BudgetLink } from './budget-shares.js';
 import type { FixedWindowLimiter } from './rate-limit.js';
 
 export interface FailureLimits {
@@ -40,24 +41,52 @@ const slowDown = (retryAfterSeconds: number): OAuthError =>
 export const ADMISSION_WAIT_MS = 10_000;
 /** Requests waiting at most per address (or client from an address) in one process; beyond it, 429. */
 export const MAX_WAITING = 1_000;
+/** How long a request that no worker had room for waits before asking again, when nothing of its budget has failed. */
+export const ASK_AGAIN_MS = 50;
+
+/** How a wait for a request in flight ended. */
+export type WaitEnd = 'ended' | 'timed out' | 'too many waiting';
+
+/** Whether one more request may start: at once, after asking the primary for a larger share, or not now. */
+export type Room = 'start' | 'ask' | 'full';
 
 /**
  * Requests of each address, and of each client from an address, that this process is still answering, and those
  * waiting to start. Until it is answered, a request counts against its failure budgets as if it will fail, so a burst
- * of parallel requests cannot all pass a check made before any of them was counted (DESIGN.md §7). Entries live only
- * while their requests do.
+ * of parallel requests cannot all pass a check made before any of them was counted (DESIGN.md §7). With several
+ * workers, each holds its share of every budget (budget-shares.ts), so the limit holds for the whole server (§11).
+ * Entries live only while their requests do.
  */
 export class RequestsInFlight {
   readonly #counts = new Map<string, number>();
   readonly #waiting = new Map<string, Set<() => void>>();
+  readonly #shares: BudgetShares | undefined;
 
-  /** `workers`: the processes that share the budgets (DESIGN.md §11), each of which may have its share in flight. */
-  constructor(private readonly workers = 1) {}
+  /** `workers`: the processes that share the budgets (DESIGN.md §11); `link` reaches the primary that holds the rest. */
+  constructor(workers = 1, options: { readonly windowMs?: number; readonly link?: BudgetLink } = {}) {
+    this.#shares = workers > 1 ? new BudgetShares(workers, options.windowMs ?? 60_000, options.link) : undefined;
+    if (this.#shares !== undefined) this.#shares.inFlightOf = (key) => this.#counts.get(key) ?? 0;
+  }
 
-  /** Whether one more may start with `remaining` of a budget left: this process's share of it, at least one while any is left. */
-  mayStart(key: string, remaining: number): boolean {
-    if (remaining <= 0) return false;
-    return (this.#counts.get(key) ?? 0) < Math.max(1, Math.floor(remaining / this.workers));
+  /**
+   * Whether one more request of `key` may start with `counted` of its `limit` used across the server and `countedNow`
+   * more to be counted as it starts (its fetches): its in-flight ones must leave room, and so must this worker's share.
+   */
+  room(key: string, limit: number, counted: number, countedNow: number, now: number): Room {
+    const using = (this.#counts.get(key) ?? 0) + countedNow;
+    if (using >= limit - counted) return 'full';
+    if (this.#shares === undefined || this.#shares.hasRoom(key, limit, using, now)) return 'start';
+    return this.#shares.canAsk ? 'ask' : 'full';
+  }
+
+  /** Asks the primary for `want` more units of `key`'s budget; resolves with how many came. */
+  ask(key: string, limit: number, want: number, now: number): Promise<number> {
+    return this.#shares?.ask(key, limit, want, now) ?? Promise.resolve(0);
+  }
+
+  /** Counts `units` of `key`'s budget as used for good (a failure, a fetch, something kept) in this worker's share. */
+  spend(key: string, units: number, limit: number, now: number): void {
+    this.#shares?.spend(key, units, limit, now);
   }
 
   start(key: string): void {
@@ -75,21 +104,21 @@ export class RequestsInFlight {
     for (const wake of waiting) wake();
   }
 
-  /** Resolves true once a request of `key` ends, false after `ms` or at once when MAX_WAITING already wait. */
-  async waitForEnd(key: string, ms: number): Promise<boolean> {
+  /** Resolves once a request of `key` ends, after `ms`, or at once when MAX_WAITING already wait. */
+  async waitForEnd(key: string, ms: number): Promise<WaitEnd> {
     let waiting = this.#waiting.get(key);
     if (waiting === undefined) this.#waiting.set(key, (waiting = new Set()));
-    if (waiting.size >= MAX_WAITING) return false;
+    if (waiting.size >= MAX_WAITING) return 'too many waiting';
     const queue = waiting;
-    return new Promise<boolean>((resolve) => {
+    return new Promise<WaitEnd>((resolve) => {
       const wake = (): void => {
         clearTimeout(timer);
-        resolve(true);
+        resolve('ended');
       };
       const timer = setTimeout(() => {
         queue.delete(wake);
         if (queue.size === 0 && this.#waiting.get(key) === queue) this.#waiting.delete(key);
-        resolve(false);
+        resolve('timed out');
       }, ms);
       queue.add(wake);
     });
@@ -119,6 +148,11 @@ export interface AdmissionRequest {
   readonly fetches: () => number;
 }
 
+type Budget = readonly [key: string, limit: number];
+
+/** What keeps a request from starting now: requests in flight to wait for, or this worker's share, to ask to grow. */
+type Hold = { readonly waitOn: string } | { readonly askFor: string; readonly limit: number; readonly want: number };
+
 /**
  * Lets a request in when neither its address nor its client from that address has used up its failure budget, counting
  * the requests still in flight as failures-to-be: with `address_failures = 5`, 200 parallel bad requests from one
@@ -135,65 +169,74 @@ export function admitRequest(
   now: () => number,
 ): Admission | Promise<Admission> {
   // The address budget first: a fetch and a kept request count against it alone.
-  const budgets: [key: string, limit: number][] = [[addressKey(request.address), limits.addressFailures]];
+  const budgets: Budget[] = [[addressKey(request.address), limits.addressFailures]];
   if (request.clientId !== undefined) budgets.push([clientKey(request.address, request.clientId), limits.clientFailures]);
   // Judged and taken in one synchronous step, so no other request slips between; only a wait is asynchronous.
   const verdict = judge(limiter, inFlight, budgets, request.fetches(), now());
   if (verdict === undefined) return { ok: true, settle: settlement(limiter, inFlight, budgets) };
   if (verdict instanceof OAuthError) return { ok: false, error: verdict };
-  return admitAfterWaiting(limiter, inFlight, budgets, request, now, verdict.waitOn);
+  return admitAfterWaiting(limiter, inFlight, budgets, request, now, verdict);
 }
 
-async function admitAfterWaiting(
-  limiter: FixedWindowLimiter,
-  inFlight: RequestsInFlight,
-  budgets: readonly [string, number][],
-  request: AdmissionRequest,
-  now: () => number,
-  firstWait: string,
-): Promise<Admission> {
+async function admitAfterWaiting(limiter: FixedWindowLimiter, inFlight: RequestsInFlight, budgets: readonly Budget[], request: AdmissionRequest, now: () => number, firstHold: Hold): Promise<Admission> {
   const deadline = now() + ADMISSION_WAIT_MS;
-  let waitOn = firstWait;
+  let hold = firstHold;
   for (;;) {
     const left = deadline - now();
-    if (left <= 0 || !(await inFlight.waitForEnd(waitOn, left))) return { ok: false, error: slowDown(1) };
+    if (left <= 0 || !(await heldUntilJudgedAgain(limiter, inFlight, hold, left, now))) return { ok: false, error: slowDown(1) };
     const verdict = judge(limiter, inFlight, budgets, request.fetches(), now());
     if (verdict === undefined) return { ok: true, settle: settlement(limiter, inFlight, budgets) };
     if (verdict instanceof OAuthError) return { ok: false, error: verdict };
-    waitOn = verdict.waitOn;
+    hold = verdict;
   }
 }
 
-/** Takes the request in (undefined), refuses it (the 429), or names the key whose requests in flight it must wait for. */
-function judge(limiter: FixedWindowLimiter, inFlight: RequestsInFlight, budgets: readonly [string, number][], fetches: number, now: number): OAuthError | { waitOn: string } | undefined {
-  let waitOn: string | undefined;
+/** Waits out `hold` (false: refuse instead): for a request in flight to end, or for the primary's answer to an ask. */
+async function heldUntilJudgedAgain(limiter: FixedWindowLimiter, inFlight: RequestsInFlight, hold: Hold, left: number, now: () => number): Promise<boolean> {
+  if ('waitOn' in hold) return (await inFlight.waitForEnd(hold.waitOn, left)) === 'ended';
+  if ((await inFlight.ask(hold.askFor, hold.limit, hold.want, now())) > 0) return true;
+  // No worker had room to spare: one that has failed is refused; one that has not waits for room to come free.
+  if (limiter.counted(hold.askFor, now()) > 0) return false;
+  return (await inFlight.waitForEnd(hold.askFor, Math.min(left, ASK_AGAIN_MS))) !== 'too many waiting';
+}
+
+/** Takes the request in (undefined), refuses it (the 429), or says what it must wait for. */
+function judge(limiter: FixedWindowLimiter, inFlight: RequestsInFlight, budgets: readonly Budget[], fetches: number, now: number): OAuthError | Hold | undefined {
+  let hold: Hold | undefined;
   for (let index = 0; index < budgets.length; index += 1) {
-    const [key, limit] = budgets[index] as [string, number];
+    const [key, limit] = budgets[index] as Budget;
     const countedNow = index === 0 ? fetches : 0;
     const counted = limiter.counted(key, now);
     // Nothing in flight can give back what has been counted: only the window's end helps.
     if (counted + countedNow >= limit) return slowDown(Math.max(1, limiter.check(key, 0, now).retryAfterSeconds));
-    if (!inFlight.mayStart(key, limit - counted - countedNow)) {
-      // One that has failed (or fetched, or kept something) in this window is refused, so a burst ends at once even
-      // where other workers' counts are still on their way; one that has not waits: it is never told it failed.
+    const room = inFlight.room(key, limit, counted, countedNow, now);
+    if (room === 'ask') hold ??= { askFor: key, limit, want: countedNow + 1 };
+    else if (room === 'full') {
+      // One that has failed (or fetched, or kept something) in this window is refused, so a burst ends at once;
+      // one that has not waits: it is never told it failed.
       if (counted > 0) return slowDown(1);
-      waitOn ??= key;
+      hold ??= { waitOn: key };
     }
   }
-  if (waitOn !== undefined) return { waitOn };
-  for (let count = 0; count < fetches; count += 1) limiter.hit((budgets[0] as [string, number])[0], now);
+  if (hold !== undefined) return hold;
+  const [addressBudget, addressLimit] = budgets[0] as Budget;
+  for (let count = 0; count < fetches; count += 1) limiter.hit(addressBudget, now);
+  if (fetches > 0) inFlight.spend(addressBudget, fetches, addressLimit, now);
   for (const [key] of budgets) inFlight.start(key);
   return undefined;
 }
 
 /** Ends an admitted request once: counts its outcome, then stops counting it as in flight, in one step. */
-function settlement(limiter: FixedWindowLimiter, inFlight: RequestsInFlight, budgets: readonly [string, number][]): (outcome: RequestOutcome, now: number) => void {
+function settlement(limiter: FixedWindowLimiter, inFlight: RequestsInFlight, budgets: readonly Budget[]): (outcome: RequestOutcome, now: number) => void {
   let settled = false;
   return (outcome, now) => {
     if (settled) return;
     settled = true;
-    budgets.forEach(([key], index) => {
-      if (outcome === 'failed' || (outcome === 'kept' && index === 0)) limiter.hit(key, now);
+    budgets.forEach(([key, limit], index) => {
+      if (outcome === 'failed' || (outcome === 'kept' && index === 0)) {
+        limiter.hit(key, now);
+        inFlight.spend(key, 1, limit, now);
+      }
       inFlight.end(key);
     });
   };
@@ -202,16 +245,14 @@ function settlement(limiter: FixedWindowLimiter, inFlight: RequestsInFlight, bud
 /** Whether an answer counts as a failed request (DESIGN.md §7): a refusal (4xx) other than 429, which counts nothing. */
 export const countsAsFailure = (status: number): boolean => status >= 400 && status < 500 && status !== 429;
 
-/** One failure of the address, counted before the work it may turn out to be; `release` gives it back on success. */
-export type AddressSlot = { readonly ok: false; readonly error: OAuthError } | { readonly ok: true; readonly release: () => void };
-
 /**
- * Counts a failure of the address before the costly check it guards (a password), so parallel requests cannot all
- * pass a check made before any of them was counted (DESIGN.md §7): 429 when the address has none left.
+ * Lets in a request whose failure counts against its address alone (a password check, a registration, a sign-in kept on
+ * the server), by the rules of admitRequest, so parallel ones cannot all pass a check made before any was counted
+ * (DESIGN.md §7): settle it `failed` or `kept` to count it, `done` to give it back.
  */
-export function takeAddressSlot(limiter: FixedWindowLimiter, limits: Pick<FailureLimits, 'addressFailures'>, address: string, now: number): AddressSlot {
-  const reservation = limiter.reserve(addressKey(address), limits.addressFailures, now);
-  return reservation.limited ? { ok: false, error: slowDown(reservation.retryAfterSeconds) } : { ok: true, release: reservation.release };
+export function admitAgainstAddress(limiter: FixedWindowLimiter, inFlight: RequestsInFlight, limits: Pick<FailureLimits, 'addressFailures'>, address: string, now: () => number): Admission | Promise<Admission> {
+  const addressOnly: FailureLimits = { addressFailures: limits.addressFailures, clientFailures: limits.addressFailures };
+  return admitRequest(limiter, inFlight, addressOnly, { address, clientId: undefined, fetches: () => 0 }, now);
 }
 
 /** Counts a refused request (4xx other than 429) against its address and, when it names one, its client from that address. */

@@ -5,6 +5,7 @@
  * A worker that starts later (a restart, a reload) first takes a serving worker's live counts, then serves.
  */
 import type { Worker } from 'node:cluster';
+import { workerBudgetLink, type BudgetLink } from './budget-shares.js';
 
 /** One replayed call: `method(...args)` on the limiter, or on what an earlier call of the same origin returned (`of`). */
 export interface LimiterMessage {
@@ -41,6 +42,8 @@ export interface LimiterLink {
   handOver?(name: string, limiter: HandsOver): void;
   /** Before serving, once every limiter is subscribed: takes in a serving worker's counts, if one serves. */
   catchUp?(): Promise<CatchUp>;
+  /** Reaches the primary's part of the failure budgets, for this worker's share of them (budget-shares.ts). */
+  readonly budgets?: BudgetLink;
 }
 
 /** Handing live counts to a worker that starts later, through the primary (which keeps nothing but the route). */
@@ -225,6 +228,7 @@ export function workerLink(): LimiterLink {
   });
   return {
     send: tellPrimary,
+    budgets: workerBudgetLink(),
     subscribe(listener) {
       process.on('message', (message: unknown) => {
         if (isLimiterMessage(message)) listener(message);

@@ -4,7 +4,7 @@
  */
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import type { CookieSettings } from '../http/cookies.js';
-import { limitedAddress, takeAddressSlot } from '../http/failure-limit.js';
+import { admitAgainstAddress, limitedAddress, type RequestsInFlight } from '../http/failure-limit.js';
 import type { FixedWindowLimiter } from '../http/rate-limit.js';
 import { sendPage } from '../http/pages.js';
 import { EMPTY_PARAMS, parseParams, queryOf, repeatedParameter, single, type Params } from '../http/params.js';
@@ -31,6 +31,7 @@ export interface DevicePageDeps {
   readonly limits: { readonly userCodeFailures: number; readonly userCodeWindowMs: number; readonly addressFailures: number };
   /** The per-address failure counter every endpoint shares: a kept sign-in request counts against it. */
   readonly failures: FixedWindowLimiter;
+  readonly inFlight: RequestsInFlight;
 }
 
 /** RFC 8628 §5.1: wrong user codes are limited per address, so the code space cannot be searched. */
@@ -144,10 +145,15 @@ async function submitDevicePage(deps: DevicePageDeps, request: FastifyRequest, r
   const session = await currentSession(deps, request, deps.now());
   if (session === undefined) {
     // A sign-in request is kept on the server: it counts against the address before it is written, as at /authorize.
-    const slot = takeAddressSlot(deps.failures, deps.limits, request.ip, deps.now());
-    if (!slot.ok) return sendErrorPage(reply, slot.error);
-    const start = { store: deps.store, cookies: deps.cookies, now: deps.now(), signInPage: deps.signInPage };
-    return startLogin(start, request, reply, { kind: 'device', userCode: lookup.record.userCode });
+    const admitting = admitAgainstAddress(deps.failures, deps.inFlight, deps.limits, request.ip, deps.now);
+    const admission = admitting instanceof Promise ? await admitting : admitting;
+    if (!admission.ok) return sendErrorPage(reply, admission.error);
+    try {
+      const start = { store: deps.store, cookies: deps.cookies, now: deps.now(), signInPage: deps.signInPage };
+      return await startLogin(start, request, reply, { kind: 'device', userCode: lookup.record.userCode });
+    } finally {
+      admission.settle('kept', deps.now());
+    }
   }
   const decision = single(form, 'decision');
   if (decision === undefined) return approvalPage(deps, request, reply, lookup.record, session);

@@ -7,7 +7,7 @@ import { digestOf } from '../crypto/digest.js';
 import { PasswordCheckUnavailableError, PasswordPool } from '../crypto/password-pool.js';
 import { typicalCost } from '../crypto/password.js';
 import type { CookieSettings } from '../http/cookies.js';
-import { limitedAddress, takeAddressSlot } from '../http/failure-limit.js';
+import { admitAgainstAddress, limitedAddress, type RequestsInFlight } from '../http/failure-limit.js';
 import { formTargetOf, sendPage } from '../http/pages.js';
 import { EMPTY_PARAMS, single, type Params } from '../http/params.js';
 import type { FixedWindowLimiter } from '../http/rate-limit.js';
@@ -46,6 +46,7 @@ export interface LoginRouteDeps {
   readonly upstreams: readonly string[];
   /** The per-address failure counter every endpoint shares (DESIGN.md §7). */
   readonly failures: FixedWindowLimiter;
+  readonly inFlight: RequestsInFlight;
   readonly limits: SignInLimits;
   readonly sessionLifetimeMs: number;
   /** Where the password pool's gauges are registered. */
@@ -148,17 +149,18 @@ async function signIn(deps: LoginRouteDeps, passwords: PasswordPool, request: Fa
   }
   const address = request.ip;
   // DESIGN.md §7: the address's failure is counted before the password is checked, and given back when it is right.
-  const slot = takeAddressSlot(deps.failures, deps.limits, address, deps.now());
-  if (!slot.ok) {
+  const admitting = admitAgainstAddress(deps.failures, deps.inFlight, deps.limits, address, deps.now);
+  const admission = admitting instanceof Promise ? await admitting : admitting;
+  if (!admission.ok) {
     const message = 'Too many failed requests from your network. Try again later.';
-    return refuse(deps, request, reply, 429, 'too_many_attempts', { ...state, message }, slot.error.headers['Retry-After'] ?? '60');
+    return refuse(deps, request, reply, 429, 'too_many_attempts', { ...state, message }, admission.error.headers['Retry-After'] ?? '60');
   }
   let check: PasswordCheck | undefined;
   try {
     check = await checkPassword(deps, passwords, username, form.get('password')?.[0] ?? '', address);
   } finally {
-    // Only a wrong password keeps the slot: a 429, a 503 or an error (counted by the error handler) is no failure of its own.
-    if (check?.result !== 'wrong') slot.release();
+    // Only a wrong password counts: a 429, a 503 or an error (counted by the error handler) is no failure of its own.
+    admission.settle(check?.result === 'wrong' ? 'failed' : 'done', deps.now());
   }
   switch (check.result) {
     case 'locked': {

@@ -9,7 +9,7 @@ import type { DynamicClientsConfig } from '../config/types.js';
 import { digestOf, matchesDigest, sha256 } from '../crypto/digest.js';
 import { randomText } from '../crypto/random.js';
 import { newRegisteredClientId } from '../clients/directory.js';
-import { takeAddressSlot, type FailureLimits } from '../http/failure-limit.js';
+import { admitAgainstAddress, type FailureLimits, type RequestsInFlight } from '../http/failure-limit.js';
 import type { FixedWindowLimiter } from '../http/rate-limit.js';
 import { sendJsonError } from '../http/render-error.js';
 import { bounded } from '../log.js';
@@ -26,6 +26,7 @@ export interface RegistrationRouteDeps {
   readonly now: () => number;
   /** The per-address failure counter every endpoint shares, and its limits (DESIGN.md §7). */
   readonly failures: FixedWindowLimiter;
+  readonly inFlight: RequestsInFlight;
   readonly limits: FailureLimits;
 }
 
@@ -120,11 +121,8 @@ function tokenAccepted(expectedToken: Buffer | undefined, request: FastifyReques
   return match !== null && matchesDigest(match[1] as string, expectedToken);
 }
 
-/** The answer to a registration refused before its body is read (too many failures, no initial access token); undefined when it may go on. */
-function refusedUpFront(deps: RegistrationRouteDeps, request: FastifyRequest, reply: FastifyReply, settings: Registration, now: number): FastifyReply | undefined {
-  // Every registration attempt counts against the address, taken in the same step as the check and never given back.
-  const slot = takeAddressSlot(deps.failures, deps.limits, request.ip, now);
-  if (!slot.ok) return sendJsonError(reply, slot.error);
+/** The answer to a registration refused before its body is read (no initial access token); undefined when it may go on. */
+function refusedUpFront(request: FastifyRequest, reply: FastifyReply, settings: Registration): FastifyReply | undefined {
   if (settings.registration === 'token' && !tokenAccepted(settings.expectedToken, request)) {
     request.outcome = 'invalid_token';
     return reply
@@ -150,9 +148,21 @@ async function saveClient(store: RegisteredClientStore, metadata: RegisteredClie
   return { clientId, ...(secret !== undefined && { secret }) };
 }
 
+/** Every registration attempt counts against the address (DESIGN.md §9), let in by the same rule as a failure and never given back. */
 async function register(deps: RegistrationRouteDeps, request: FastifyRequest, reply: FastifyReply, settings: Registration): Promise<FastifyReply> {
+  const admitting = admitAgainstAddress(deps.failures, deps.inFlight, deps.limits, request.ip, deps.now);
+  const admission = admitting instanceof Promise ? await admitting : admitting;
+  if (!admission.ok) return sendJsonError(reply, admission.error);
+  try {
+    return await registerAdmitted(deps, request, reply, settings);
+  } finally {
+    admission.settle('kept', deps.now());
+  }
+}
+
+async function registerAdmitted(deps: RegistrationRouteDeps, request: FastifyRequest, reply: FastifyReply, settings: Registration): Promise<FastifyReply> {
   const now = deps.now();
-  const refused = refusedUpFront(deps, request, reply, settings, now);
+  const refused = refusedUpFront(request, reply, settings);
   if (refused !== undefined) return refused;
   let metadata: RegisteredClientMetadata;
   try {

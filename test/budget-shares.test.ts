@@ -1,0 +1,237 @@
+/**
+ * DESIGN.md §11: a failure limit holds for the whole server, not per worker. Each worker holds its share of a budget and
+ * asks the primary for more (budget-shares.ts). Here the primary's BudgetPool and each worker's RequestsInFlight and
+ * failure limiter are the real ones; only the cluster channel between them is a queue that delivers each message on a
+ * later turn of the event loop, in order, as node:cluster's IPC does. Over real workers: test/workers.test.ts.
+ */
+import assert from 'node:assert/strict';
+import { describe, test } from 'node:test';
+import { setImmediate as nextTurn } from 'node:timers/promises';
+import { BudgetPool, baseShare, windowAt, type BudgetAnswer, type BudgetLink, type BudgetRecall } from '../src/http/budget-shares.js';
+import { admitRequest, RequestsInFlight, type Admission, type FailureLimits } from '../src/http/failure-limit.js';
+import { FixedWindowLimiter } from '../src/http/rate-limit.js';
+import { sharedLimiter, type LimiterLink, type LimiterMessage } from '../src/http/shared-limiter.js';
+
+const WINDOW_MS = 60_000;
+
+interface SimulatedWorker {
+  readonly id: number;
+  readonly limiter: FixedWindowLimiter;
+  readonly inFlight: RequestsInFlight;
+  /** Messages this worker's channel has carried, by kind. */
+  readonly sent: Map<string, number>;
+}
+
+/** W workers and their primary, each message delivered on a later turn, in order per channel. */
+function simulatedCluster(workers: number): { readonly members: SimulatedWorker[]; readonly pool: BudgetPool; stop(id: number): void } {
+  const answerHandlers = new Map<number, (message: BudgetAnswer | BudgetRecall) => void>();
+  const limiterListeners = new Map<number, (message: LimiterMessage) => void>();
+  const connected = new Set<number>();
+  const pool = new BudgetPool({
+    workers: () => workers,
+    connected: () => [...connected],
+    send: (id, message) => void nextTurn().then(() => answerHandlers.get(id)?.(message)),
+  });
+  const members = Array.from({ length: workers }, (_, id): SimulatedWorker => {
+    const sent = new Map<string, number>();
+    const count = (kind: string): void => void sent.set(kind, (sent.get(kind) ?? 0) + 1);
+    let nextAsk = 0;
+    const asks = new Map<number, (units: number) => void>();
+    let release: (key: string, limit: number, window: number) => number = () => 0;
+    answerHandlers.set(id, (message) => {
+      if (message.pinpoint === 'budget-answer') {
+        asks.get(message.ask)?.(message.units);
+        asks.delete(message.ask);
+        return;
+      }
+      const units = release(message.key, message.limit, message.window);
+      count('budget-released');
+      void nextTurn().then(() => pool.released(id, { pinpoint: 'budget-released', recall: message.recall, key: message.key, window: message.window, units }));
+    });
+    const budgets: BudgetLink = {
+      ask(key, limit, window, want) {
+        count('budget-ask');
+        const ask = nextAsk++;
+        return new Promise((resolve) => {
+          asks.set(ask, resolve);
+          void nextTurn().then(() => pool.ask(id, { pinpoint: 'budget-ask', ask, key, limit, window, want }));
+        });
+      },
+      onRecall: (handler) => void (release = handler),
+    };
+    const link: LimiterLink = {
+      send: (message) => {
+        count('limiter');
+        for (const [other, listener] of limiterListeners) if (other !== id) void nextTurn().then(() => listener(message));
+      },
+      subscribe: (listener) => void limiterListeners.set(id, listener),
+      budgets,
+    };
+    const limiter = sharedLimiter(`failures`, new FixedWindowLimiter(WINDOW_MS), link, { readOnly: ['check', 'counted', 'snapshot'], handleLifetimeMs: WINDOW_MS });
+    connected.add(id);
+    return { id, limiter, inFlight: new RequestsInFlight(workers, { windowMs: WINDOW_MS, link: budgets }), sent };
+  });
+  return { members, pool, stop: (id) => connected.delete(id) };
+}
+
+/** Admits a request at `member` and, once let in, fails it after `turns` turns of the event loop (its asynchronous work). */
+async function failingRequest(member: SimulatedWorker, limits: FailureLimits, address: string, clientId: string | undefined, turns = 1): Promise<boolean> {
+  const admitting = admitRequest(member.limiter, member.inFlight, limits, { address, clientId, fetches: () => 0 }, Date.now);
+  const admission: Admission = admitting instanceof Promise ? await admitting : admitting;
+  if (!admission.ok) {
+    assert.equal(admission.error.status, 429);
+    return false;
+  }
+  for (let turn = 0; turn < turns; turn += 1) await nextTurn();
+  admission.settle('failed', Date.now());
+  return true;
+}
+
+/** Admits a good request at `member` and answers it after a turn. */
+async function goodRequest(member: SimulatedWorker, limits: FailureLimits, address: string): Promise<boolean> {
+  const admitting = admitRequest(member.limiter, member.inFlight, limits, { address, clientId: 'c', fetches: () => 0 }, Date.now);
+  const admission = admitting instanceof Promise ? await admitting : admitting;
+  if (!admission.ok) return false;
+  await nextTurn();
+  admission.settle('done', Date.now());
+  return true;
+}
+
+const CLIENT_FIVE: FailureLimits = { addressFailures: 300, clientFailures: 5 };
+
+describe('failure budgets split among workers (simulated cluster, real pool and limiters)', () => {
+  for (const workers of [2, 4]) {
+    test(`${workers} workers, client_failures = 5: 40 parallel failures at each worker let at most 5 through in all`, async () => {
+      const { members } = simulatedCluster(workers);
+      // Failures that take no I/O (a wrong secret) and ones that take a few turns (a forged assertion's check).
+      for (const turns of [0, 3]) {
+        const address = `198.51.100.${turns + workers}`;
+        const outcomes = await Promise.all(members.flatMap((member) => Array.from({ length: 40 }, () => failingRequest(member, CLIENT_FIVE, address, 'limited', turns))));
+        const through = outcomes.filter(Boolean).length;
+        assert.ok(through >= 1 && through <= Math.max(5, workers), `failures let through with ${turns} turns each: ${through}`);
+      }
+    });
+  }
+
+  test('one client failing one request after another at one worker gets exactly 5 failures, then 429: the others give their shares back', async () => {
+    const { members } = simulatedCluster(2);
+    const [first] = members as [SimulatedWorker, SimulatedWorker];
+    const outcomes: boolean[] = [];
+    for (let i = 0; i < 7; i += 1) outcomes.push(await failingRequest(first, CLIENT_FIVE, '198.51.100.20', 'sequential'));
+    assert.deepEqual(outcomes, [true, true, true, true, true, false, false]);
+    assert.ok((first.sent.get('budget-ask') ?? 0) >= 3, 'beyond its own share, the worker asked the primary');
+  });
+
+  test('one after another, alternating between 2 workers: exactly 5 failures, then 429 at both', async () => {
+    const { members } = simulatedCluster(2);
+    const outcomes: boolean[] = [];
+    for (let i = 0; i < 8; i += 1) outcomes.push(await failingRequest(members[i % 2] as SimulatedWorker, CLIENT_FIVE, '198.51.100.21', 'alternating'));
+    assert.deepEqual(outcomes, [true, true, true, true, true, false, false, false]);
+  });
+
+  test('an address failing at another client does not take this client\'s share: budgets are per key', async () => {
+    const { members } = simulatedCluster(2);
+    const [first] = members as [SimulatedWorker, SimulatedWorker];
+    for (let i = 0; i < 5; i += 1) assert.equal(await failingRequest(first, CLIENT_FIVE, '198.51.100.22', 'one'), true);
+    assert.equal(await failingRequest(first, CLIENT_FIVE, '198.51.100.22', 'one'), false);
+    assert.equal(await failingRequest(first, CLIENT_FIVE, '198.51.100.22', 'other'), true);
+  });
+
+  test('good requests are never refused: 30 at once at each of 2 workers with address_failures = 5 all start, some after waiting for room', async () => {
+    const { members } = simulatedCluster(2);
+    const limits: FailureLimits = { addressFailures: 5, clientFailures: 5 };
+    const outcomes = await Promise.all(members.flatMap((member) => Array.from({ length: 30 }, () => goodRequest(member, limits, '198.51.100.23'))));
+    assert.equal(outcomes.filter(Boolean).length, 60);
+  });
+
+  test('a good address keeps every request on its worker: nothing is sent to the primary while it stays within its share', async () => {
+    const { members } = simulatedCluster(2);
+    const [first] = members as [SimulatedWorker, SimulatedWorker];
+    for (let round = 0; round < 20; round += 1) {
+      const outcomes = await Promise.all(Array.from({ length: 16 }, () => goodRequest(first, { addressFailures: 300, clientFailures: 300 }, '198.51.100.24')));
+      assert.ok(outcomes.every(Boolean));
+    }
+    assert.equal(first.sent.get('budget-ask') ?? 0, 0);
+    assert.equal(first.sent.get('limiter') ?? 0, 0, 'and nothing counted');
+  });
+
+  test('a worker the primary no longer reaches is not recalled: its share stays unused, on the safe side', async () => {
+    const { members, stop } = simulatedCluster(3);
+    const [first, , third] = members as [SimulatedWorker, SimulatedWorker, SimulatedWorker];
+    // The third worker is gone from the primary's view (exited) before anyone asks.
+    stop(third.id);
+    const outcomes: boolean[] = [];
+    for (let i = 0; i < 6; i += 1) outcomes.push(await failingRequest(first, { addressFailures: 300, clientFailures: 6 }, '198.51.100.25', 'three'));
+    // Its own 2, the second worker's 2 given back; the third's 2 stay with it (unused: the limit errs on the safe side).
+    assert.deepEqual(outcomes, [true, true, true, true, false, false]);
+  });
+});
+
+describe('BudgetPool, the primary\'s part', () => {
+  const window = windowAt(Date.now(), WINDOW_MS);
+  type Sent = [number, BudgetAnswer | BudgetRecall];
+
+  function pool(workers: number, connected: number[] = Array.from({ length: workers }, (_, id) => id)): { pool: BudgetPool; sent: Sent[] } {
+    const sent: Sent[] = [];
+    return { pool: new BudgetPool({ workers: () => workers, connected: () => connected, send: (id, message) => void sent.push([id, message]) }), sent };
+  }
+
+  test('each worker\'s base share is max(1, floor(limit / workers)); the primary starts with the rest', () => {
+    assert.equal(baseShare(5, 2), 2);
+    assert.equal(baseShare(300, 2), 150);
+    assert.equal(baseShare(5, 8), 1);
+    assert.equal(baseShare(5, 1), 5);
+    const { pool: primary, sent } = pool(2);
+    primary.ask(0, { pinpoint: 'budget-ask', ask: 1, key: 'k', limit: 5, window, want: 1 });
+    assert.deepEqual(sent, [[0, { pinpoint: 'budget-answer', ask: 1, units: 1 }]]);
+  });
+
+  test('with nothing left it recalls from every serving worker, then hands out what came back, in the order asked', () => {
+    const { pool: primary, sent } = pool(2);
+    primary.ask(0, { pinpoint: 'budget-ask', ask: 1, key: 'k', limit: 4, window, want: 1 });
+    primary.ask(0, { pinpoint: 'budget-ask', ask: 2, key: 'k', limit: 4, window, want: 1 });
+    assert.deepEqual(
+      sent.map(([id, message]) => [id, message.pinpoint]),
+      [
+        [0, 'budget-recall'],
+        [1, 'budget-recall'],
+      ],
+    );
+    const recall = (sent[0] as Sent)[1] as BudgetRecall;
+    primary.released(0, { pinpoint: 'budget-released', recall: recall.recall, key: 'k', window, units: 0 });
+    primary.released(1, { pinpoint: 'budget-released', recall: recall.recall, key: 'k', window, units: 1 });
+    assert.deepEqual(sent.slice(2), [
+      [0, { pinpoint: 'budget-answer', ask: 1, units: 1 }],
+      [0, { pinpoint: 'budget-answer', ask: 2, units: 0 }],
+    ]);
+  });
+
+  test('a worker that exits during a recall is not waited for', () => {
+    const { pool: primary, sent } = pool(2);
+    primary.ask(0, { pinpoint: 'budget-ask', ask: 1, key: 'k', limit: 2, window, want: 1 });
+    const recall = (sent[0] as Sent)[1] as BudgetRecall;
+    primary.released(0, { pinpoint: 'budget-released', recall: recall.recall, key: 'k', window, units: 0 });
+    primary.gone(1);
+    assert.deepEqual(sent.at(-1), [0, { pinpoint: 'budget-answer', ask: 1, units: 0 }]);
+  });
+
+  test('asks for an ended window get nothing; a new window forgets the old ones', () => {
+    const { pool: primary, sent } = pool(2);
+    primary.ask(0, { pinpoint: 'budget-ask', ask: 1, key: 'k', limit: 5, window: window + 1, want: 1 });
+    primary.ask(0, { pinpoint: 'budget-ask', ask: 2, key: 'k', limit: 5, window, want: 1 });
+    assert.deepEqual(sent, [
+      [0, { pinpoint: 'budget-answer', ask: 1, units: 1 }],
+      [0, { pinpoint: 'budget-answer', ask: 2, units: 0 }],
+    ]);
+  });
+
+  test('memory is bounded: beyond its entry bound the primary hands out nothing for new keys', () => {
+    const sent: Sent[] = [];
+    const primary = new BudgetPool({ workers: () => 2, connected: () => [], send: (id, message) => void sent.push([id, message]) }, 10);
+    for (let i = 0; i < 12; i += 1) primary.ask(0, { pinpoint: 'budget-ask', ask: i, key: `k${i}`, limit: 5, window, want: 1 });
+    assert.deepEqual(
+      sent.map(([, message]) => (message as BudgetAnswer).units),
+      [1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0],
+    );
+  });
+});
