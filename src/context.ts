@@ -107,7 +107,7 @@ export function makeServices(
     limits,
     failures: shareable('failures', new FixedWindowLimiter(limits.failureWindowMs), limits.failureWindowMs, options.limiterLink),
     // Each of the server's workers may have its share of a budget in flight (DESIGN.md §11).
-    inFlight: new RequestsInFlight(options.workers ?? 1, { windowMs: limits.failureWindowMs, ...(options.limiterLink?.budgets !== undefined && { link: options.limiterLink.budgets }) }),
+    inFlight: new RequestsInFlight(options.workers ?? 1, { windowMs: limits.failureWindowMs, now, ...(options.limiterLink?.budgets !== undefined && { link: options.limiterLink.budgets }) }),
     cookies: cookieSettingsFor(config.baseUrl, config.basePath),
     clients,
     sessionLifetimeMs: 12 * 3600_000,

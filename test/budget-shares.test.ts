@@ -7,7 +7,7 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { setImmediate as nextTurn } from 'node:timers/promises';
-import { BudgetPool, baseShare, windowAt, type BudgetAnswer, type BudgetLink, type BudgetRecall } from '../src/http/budget-shares.js';
+import { BudgetPool, baseShare, windowAt, workerBudgetLink, type BudgetAnswer, type BudgetAsk, type BudgetLink, type BudgetRecall, type BudgetReleased } from '../src/http/budget-shares.js';
 import { admitRequest, RequestsInFlight, type Admission, type FailureLimits } from '../src/http/failure-limit.js';
 import { FixedWindowLimiter } from '../src/http/rate-limit.js';
 import { sharedLimiter, type LimiterLink, type LimiterMessage } from '../src/http/shared-limiter.js';
@@ -20,6 +20,8 @@ interface SimulatedWorker {
   readonly inFlight: RequestsInFlight;
   /** Messages this worker's channel has carried, by kind. */
   readonly sent: Map<string, number>;
+  /** The keys of its asks. */
+  readonly askedKeys: string[];
 }
 
 /** W workers and their primary, each message delivered on a later turn, in order per channel. */
@@ -34,6 +36,7 @@ function simulatedCluster(workers: number): { readonly members: SimulatedWorker[
   });
   const members = Array.from({ length: workers }, (_, id): SimulatedWorker => {
     const sent = new Map<string, number>();
+    const askedKeys: string[] = [];
     const count = (kind: string): void => void sent.set(kind, (sent.get(kind) ?? 0) + 1);
     let nextAsk = 0;
     const asks = new Map<number, (units: number) => void>();
@@ -51,6 +54,7 @@ function simulatedCluster(workers: number): { readonly members: SimulatedWorker[
     const budgets: BudgetLink = {
       ask(key, limit, window, want) {
         count('budget-ask');
+        askedKeys.push(key);
         const ask = nextAsk++;
         return new Promise((resolve) => {
           asks.set(ask, resolve);
@@ -69,7 +73,7 @@ function simulatedCluster(workers: number): { readonly members: SimulatedWorker[
     };
     const limiter = sharedLimiter(`failures`, new FixedWindowLimiter(WINDOW_MS), link, { readOnly: ['check', 'counted', 'snapshot'], handleLifetimeMs: WINDOW_MS });
     connected.add(id);
-    return { id, limiter, inFlight: new RequestsInFlight(workers, { windowMs: WINDOW_MS, link: budgets }), sent };
+    return { id, limiter, inFlight: new RequestsInFlight(workers, { windowMs: WINDOW_MS, link: budgets }), sent, askedKeys };
   });
   return { members, pool, stop: (id) => connected.delete(id) };
 }
@@ -155,6 +159,25 @@ describe('failure budgets split among workers (simulated cluster, real pool and 
     assert.equal(first.sent.get('limiter') ?? 0, 0, 'and nothing counted');
   });
 
+  test('a client_id of 60,000 characters is kept as a bounded key: what the worker keeps and asks about stays small', async () => {
+    const { members } = simulatedCluster(2);
+    const [first] = members as [SimulatedWorker, SimulatedWorker];
+    const outcomes: boolean[] = [];
+    for (let i = 0; i < 6; i += 1) outcomes.push(await failingRequest(first, CLIENT_FIVE, '198.51.100.26', 'x'.repeat(60_000)));
+    assert.deepEqual(outcomes, [true, true, true, true, true, false]);
+    assert.ok(first.askedKeys.length > 0 && first.askedKeys.every((key) => key.length <= 128), first.askedKeys.map((key) => key.length).join(' '));
+  });
+
+  test('requests waiting for room share one ask: 300 good requests at once beyond a share of 5 send few asks, not one each', async () => {
+    const { members } = simulatedCluster(2);
+    const [first] = members as [SimulatedWorker, SimulatedWorker];
+    const limits: FailureLimits = { addressFailures: 10, clientFailures: 300 };
+    const outcomes = await Promise.all(Array.from({ length: 300 }, () => goodRequest(first, limits, '198.51.100.27')));
+    assert.equal(outcomes.filter(Boolean).length, 300);
+    const asks = first.sent.get('budget-ask') ?? 0;
+    assert.ok(asks >= 1 && asks <= 30, `asks: ${asks}`);
+  });
+
   test('a worker the primary no longer reaches is not recalled: its share stays unused, on the safe side', async () => {
     const { members, stop } = simulatedCluster(3);
     const [first, , third] = members as [SimulatedWorker, SimulatedWorker, SimulatedWorker];
@@ -183,7 +206,7 @@ describe('BudgetPool, the primary\'s part', () => {
     assert.equal(baseShare(5, 1), 5);
     const { pool: primary, sent } = pool(2);
     primary.ask(0, { pinpoint: 'budget-ask', ask: 1, key: 'k', limit: 5, window, want: 1 });
-    assert.deepEqual(sent, [[0, { pinpoint: 'budget-answer', ask: 1, units: 1 }]]);
+    assert.deepEqual(sent, [[0, { pinpoint: 'budget-answer', ask: 1, key: 'k', window, units: 1 }]]);
   });
 
   test('with nothing left it recalls from every serving worker, then hands out what came back, in the order asked', () => {
@@ -201,8 +224,8 @@ describe('BudgetPool, the primary\'s part', () => {
     primary.released(0, { pinpoint: 'budget-released', recall: recall.recall, key: 'k', window, units: 0 });
     primary.released(1, { pinpoint: 'budget-released', recall: recall.recall, key: 'k', window, units: 1 });
     assert.deepEqual(sent.slice(2), [
-      [0, { pinpoint: 'budget-answer', ask: 1, units: 1 }],
-      [0, { pinpoint: 'budget-answer', ask: 2, units: 0 }],
+      [0, { pinpoint: 'budget-answer', ask: 1, key: 'k', window, units: 1 }],
+      [0, { pinpoint: 'budget-answer', ask: 2, key: 'k', window, units: 0 }],
     ]);
   });
 
@@ -212,7 +235,7 @@ describe('BudgetPool, the primary\'s part', () => {
     const recall = (sent[0] as Sent)[1] as BudgetRecall;
     primary.released(0, { pinpoint: 'budget-released', recall: recall.recall, key: 'k', window, units: 0 });
     primary.gone(1);
-    assert.deepEqual(sent.at(-1), [0, { pinpoint: 'budget-answer', ask: 1, units: 0 }]);
+    assert.deepEqual(sent.at(-1), [0, { pinpoint: 'budget-answer', ask: 1, key: 'k', window, units: 0 }]);
   });
 
   test('asks for an ended window get nothing; a new window forgets the old ones', () => {
@@ -220,8 +243,8 @@ describe('BudgetPool, the primary\'s part', () => {
     primary.ask(0, { pinpoint: 'budget-ask', ask: 1, key: 'k', limit: 5, window: window + 1, want: 1 });
     primary.ask(0, { pinpoint: 'budget-ask', ask: 2, key: 'k', limit: 5, window, want: 1 });
     assert.deepEqual(sent, [
-      [0, { pinpoint: 'budget-answer', ask: 1, units: 1 }],
-      [0, { pinpoint: 'budget-answer', ask: 2, units: 0 }],
+      [0, { pinpoint: 'budget-answer', ask: 1, key: 'k', window: window + 1, units: 1 }],
+      [0, { pinpoint: 'budget-answer', ask: 2, key: 'k', window, units: 0 }],
     ]);
   });
 
@@ -233,5 +256,53 @@ describe('BudgetPool, the primary\'s part', () => {
       sent.map(([, message]) => (message as BudgetAnswer).units),
       [1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0],
     );
+  });
+
+  test('an exited worker\'s asks are dropped: what a recall brings back goes to the living', () => {
+    const { pool: primary, sent } = pool(3, [0, 2]);
+    primary.ask(1, { pinpoint: 'budget-ask', ask: 7, key: 'k', limit: 3, window, want: 1 });
+    primary.ask(2, { pinpoint: 'budget-ask', ask: 8, key: 'k', limit: 3, window, want: 1 });
+    primary.gone(1);
+    const recall = (sent[0] as Sent)[1] as BudgetRecall;
+    primary.released(0, { pinpoint: 'budget-released', recall: recall.recall, key: 'k', window, units: 1 });
+    primary.released(2, { pinpoint: 'budget-released', recall: recall.recall, key: 'k', window, units: 0 });
+    assert.deepEqual(
+      sent.filter(([, message]) => message.pinpoint === 'budget-answer'),
+      [[2, { pinpoint: 'budget-answer', ask: 8, key: 'k', window, units: 1 }]],
+    );
+  });
+
+  test('a recall that found nothing is not repeated for the next asks of that moment; units given back unasked end the quiet', () => {
+    const { pool: primary, sent } = pool(2);
+    primary.ask(0, { pinpoint: 'budget-ask', ask: 1, key: 'k', limit: 2, window, want: 1 });
+    const recall = (sent[0] as Sent)[1] as BudgetRecall;
+    primary.released(0, { pinpoint: 'budget-released', recall: recall.recall, key: 'k', window, units: 0 });
+    primary.released(1, { pinpoint: 'budget-released', recall: recall.recall, key: 'k', window, units: 0 });
+    const recalls = (): number => sent.filter(([, message]) => message.pinpoint === 'budget-recall').length;
+    assert.equal(recalls(), 2);
+    for (let ask = 2; ask < 50; ask += 1) primary.ask(0, { pinpoint: 'budget-ask', ask, key: 'k', limit: 2, window, want: 1 });
+    assert.equal(recalls(), 2, 'no recall storm');
+    primary.released(1, { pinpoint: 'budget-released', key: 'k', window, units: 1 });
+    primary.ask(0, { pinpoint: 'budget-ask', ask: 50, key: 'k', limit: 2, window, want: 1 });
+    assert.deepEqual(sent.at(-1), [0, { pinpoint: 'budget-answer', ask: 50, key: 'k', window, units: 1 }]);
+  });
+});
+
+describe('workerBudgetLink, a worker\'s end of the channel', () => {
+  test('a grant that comes after its ask stopped waiting is given back to the primary, so no unit is lost', async () => {
+    const sent: (BudgetAsk | BudgetReleased)[] = [];
+    const link = workerBudgetLink((message) => void sent.push(message));
+    const connected = Object.getOwnPropertyDescriptor(process, 'connected');
+    Object.defineProperty(process, 'connected', { value: true, configurable: true });
+    try {
+      const window = windowAt(Date.now(), WINDOW_MS);
+      assert.equal(await link.ask('late-key', 5, window, 1, 10), 0);
+      const ask = sent[0] as BudgetAsk;
+      process.emit('message', { pinpoint: 'budget-answer', ask: ask.ask, key: 'late-key', window, units: 1 } satisfies BudgetAnswer, undefined);
+      assert.deepEqual(sent[1], { pinpoint: 'budget-released', key: 'late-key', window, units: 1 });
+    } finally {
+      if (connected === undefined) delete (process as { connected?: boolean }).connected;
+      else Object.defineProperty(process, 'connected', connected);
+    }
   });
 });

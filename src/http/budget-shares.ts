@@ -6,7 +6,7 @@
  * workers hold unused. Units only move (a grant to a worker, a release to the primary), so one window never has more
  * than max(limit, W) in flight or spent across the server. Windows are aligned to the clock, so every process agrees.
  */
-import { MAX_ENTRIES } from './rate-limit.js';
+import { makeRoom, MAX_ENTRIES } from './rate-limit.js';
 
 /** A worker asks the primary for `want` more units of `key`'s budget in `window`. */
 export interface BudgetAsk {
@@ -18,10 +18,12 @@ export interface BudgetAsk {
   readonly want: number;
 }
 
-/** The primary's answer to ask `ask`: `units` given (0: none to spare). */
+/** The primary's answer to ask `ask`: `units` of `key` in `window` given (0: none to spare). */
 export interface BudgetAnswer {
   readonly pinpoint: 'budget-answer';
   readonly ask: number;
+  readonly key: string;
+  readonly window: number;
   readonly units: number;
 }
 
@@ -34,10 +36,10 @@ export interface BudgetRecall {
   readonly window: number;
 }
 
-/** A worker's answer to recall `recall`: the `units` it gave back (no longer its own). */
+/** A worker gives back `units` of `key` in `window` (no longer its own): its answer to recall `recall`, or unasked. */
 export interface BudgetReleased {
   readonly pinpoint: 'budget-released';
-  readonly recall: number;
+  readonly recall?: number;
   readonly key: string;
   readonly window: number;
   readonly units: number;
@@ -47,15 +49,22 @@ export type BudgetMessage = BudgetAsk | BudgetAnswer | BudgetRecall | BudgetRele
 
 const isRecord = (value: unknown): value is Record<string, unknown> => typeof value === 'object' && value !== null;
 const isCount = (value: unknown): value is number => typeof value === 'number' && Number.isSafeInteger(value) && value >= 0;
-const isKey = (value: unknown): value is string => typeof value === 'string' && value.length > 0 && value.length <= 1024;
+/** Keys reach here bounded (rate-limit.ts boundedKey), so one longer than that is no key of ours. */
+const isKey = (value: unknown): value is string => typeof value === 'string' && value.length > 0 && value.length <= 256;
 
 export const isBudgetAsk = (message: unknown): message is BudgetAsk =>
   isRecord(message) && message.pinpoint === 'budget-ask' && isCount(message.ask) && isKey(message.key) && isCount(message.limit) && isCount(message.window) && isCount(message.want);
-export const isBudgetAnswer = (message: unknown): message is BudgetAnswer => isRecord(message) && message.pinpoint === 'budget-answer' && isCount(message.ask) && isCount(message.units);
+export const isBudgetAnswer = (message: unknown): message is BudgetAnswer =>
+  isRecord(message) && message.pinpoint === 'budget-answer' && isCount(message.ask) && isKey(message.key) && isCount(message.window) && isCount(message.units);
 export const isBudgetRecall = (message: unknown): message is BudgetRecall =>
   isRecord(message) && message.pinpoint === 'budget-recall' && isCount(message.recall) && isKey(message.key) && isCount(message.limit) && isCount(message.window);
 export const isBudgetReleased = (message: unknown): message is BudgetReleased =>
-  isRecord(message) && message.pinpoint === 'budget-released' && isCount(message.recall) && isKey(message.key) && isCount(message.window) && isCount(message.units);
+  isRecord(message) &&
+  message.pinpoint === 'budget-released' &&
+  (message.recall === undefined || isCount(message.recall)) &&
+  isKey(message.key) &&
+  isCount(message.window) &&
+  isCount(message.units);
 
 /** What each of `workers` may hold of a budget of `limit` without asking: its share, one at least. */
 export const baseShare = (limit: number, workers: number): number => (workers <= 1 ? limit : Math.max(1, Math.floor(limit / workers)));
@@ -65,11 +74,16 @@ export const windowAt = (now: number, windowMs: number): number => Math.floor(no
 
 /** How a worker reaches the primary's part of the budgets. */
 export interface BudgetLink {
-  /** Asks for `want` more units of `key` in `window`; resolves with how many were given (0 when none, or no answer). */
-  ask(key: string, limit: number, window: number, want: number): Promise<number>;
+  /** Asks for `want` more units of `key` in `window`; resolves with how many were given (0: none, or no answer within `timeoutMs`). */
+  ask(key: string, limit: number, window: number, want: number, timeoutMs: number): Promise<number>;
   /** `release(key, limit, window)` answers the primary's recalls: the units given back. */
   onRecall(release: (key: string, limit: number, window: number) => number): void;
 }
+
+/** After the primary had none to spare for a key, how long a worker takes that as the answer before asking again. */
+export const ASK_AGAIN_MS = 50;
+/** How long a request waits for the primary's answer to an ask before it takes none (a grant that comes later is given back). */
+export const ASK_TIMEOUT_MS = 1000;
 
 interface Share {
   readonly window: number;
@@ -77,29 +91,36 @@ interface Share {
   allowance: number;
   /** Units used for good in the window: failures, fetches, requests that kept something. */
   spent: number;
+  /** Until when an ask is answered 0 without asking: the primary had none to spare a moment ago. */
+  noneUntil: number;
 }
 
-/** One worker's side: its shares of the budgets (only those that moved from the base share are kept). */
+export interface BudgetSharesOptions {
+  readonly now: () => number;
+  /** This worker's requests of a key in flight, which a recall leaves it. */
+  readonly inFlightOf: (key: string) => number;
+  readonly maxEntries?: number;
+}
+
+/** One worker's side: its shares of the budgets, kept for keys that have spent, asked or been recalled in this window. */
 export class BudgetShares {
   readonly #shares = new Map<string, Share>();
+  /** One ask per key at a time: every request that needs more of a key waits for the same answer. */
+  readonly #asking = new Map<string, Promise<number>>();
+  #latestWindow = 0;
 
   constructor(
     private readonly workers: number,
     private readonly windowMs: number,
     private readonly link: BudgetLink | undefined,
-    private readonly maxEntries = MAX_ENTRIES,
+    private readonly options: BudgetSharesOptions,
   ) {
     link?.onRecall((key, limit, window) => this.#release(key, limit, window));
   }
 
-  /** In-flight counts by key, for what a recall may give back; set by the owner of the counts. */
-  inFlightOf: (key: string) => number = () => 0;
-
   /** Whether `using` more units (in flight, or counted now) fit in what this worker holds of `key`'s budget. */
   hasRoom(key: string, limit: number, using: number, now: number): boolean {
-    const share = this.#current(key, now);
-    const allowance = share?.allowance ?? baseShare(limit, this.workers);
-    return (share?.spent ?? 0) + using < allowance;
+    return this.#shortfall(key, limit, using, now) <= 0;
   }
 
   /** Whether there is a primary to ask for more. */
@@ -112,50 +133,59 @@ export class BudgetShares {
     this.#own(key, limit, windowAt(now, this.windowMs)).spent += units;
   }
 
-  /** Asks the primary for `want` more units of `key`; resolves with how many this worker now holds more. */
-  async ask(key: string, limit: number, want: number, now: number): Promise<number> {
-    if (this.link === undefined) return 0;
+  /** Asks the primary for what `using` more units of `key` need beyond this worker's share; resolves with how many came. */
+  ask(key: string, limit: number, using: number, now: number, timeoutMs: number): Promise<number> {
+    const link = this.link;
+    if (link === undefined) return Promise.resolve(0);
     const window = windowAt(now, this.windowMs);
-    const units = await this.link.ask(key, limit, window, want);
-    // A grant for a window that has ended is worth nothing: its units stay out of use, which errs on the safe side.
-    if (units === 0 || windowAt(Date.now(), this.windowMs) !== window) return 0;
-    this.#own(key, limit, window).allowance += units;
-    return units;
+    const share = this.#own(key, limit, window);
+    if (share.noneUntil > now) return Promise.resolve(0);
+    const pending = this.#asking.get(key);
+    if (pending !== undefined) return pending;
+    const asked = link.ask(key, limit, window, Math.max(1, this.#shortfall(key, limit, using, now)), timeoutMs).then((units) => {
+      this.#asking.delete(key);
+      const current = this.#shares.get(key);
+      // A grant for a window that has ended is worth nothing: its units stay out of use, which errs on the safe side.
+      if (current === undefined || current.window !== window) return 0;
+      if (units === 0) current.noneUntil = this.options.now() + ASK_AGAIN_MS;
+      current.allowance += units;
+      return units;
+    });
+    this.#asking.set(key, asked);
+    return asked;
+  }
+
+  /** How many units `using` more of `key` need beyond what this worker holds (0 or less: none). */
+  #shortfall(key: string, limit: number, using: number, now: number): number {
+    const share = this.#shares.get(key);
+    const current = share !== undefined && share.window === windowAt(now, this.windowMs) ? share : undefined;
+    return (current?.spent ?? 0) + using + 1 - (current?.allowance ?? baseShare(limit, this.workers));
   }
 
   /** Gives back what this worker holds of `key` in `window` and neither spent nor has in flight. */
   #release(key: string, limit: number, window: number): number {
-    if (window !== windowAt(Date.now(), this.windowMs)) return 0;
+    if (window !== windowAt(this.options.now(), this.windowMs)) return 0;
     const share = this.#own(key, limit, window);
-    const unused = Math.max(0, share.allowance - share.spent - this.inFlightOf(key));
+    const unused = Math.max(0, share.allowance - share.spent - this.options.inFlightOf(key));
     share.allowance -= unused;
     return unused;
   }
 
-  #current(key: string, now: number): Share | undefined {
-    const share = this.#shares.get(key);
-    return share !== undefined && share.window === windowAt(now, this.windowMs) ? share : undefined;
-  }
-
   /** The kept share of `key` in `window`, started from the base share when there is none. */
   #own(key: string, limit: number, window: number): Share {
-    const share = this.#shares.get(key);
-    if (share !== undefined && share.window === window) return share;
-    if (share !== undefined) this.#shares.delete(key);
-    else if (this.#shares.size >= this.maxEntries) this.#makeRoom(window);
-    const started: Share = { window, allowance: baseShare(limit, this.workers), spent: 0 };
-    // Insertion order is window order, which makeRoom relies on.
-    this.#shares.set(key, started);
-    return started;
-  }
-
-  #makeRoom(window: number): void {
-    for (const [key, share] of this.#shares) if (share.window < window) this.#shares.delete(key);
-    // Still full: the oldest go, back to their base share (what an attacker gets by spraying keys is its own keys' reset).
-    for (const key of this.#shares.keys()) {
-      if (this.#shares.size < this.maxEntries * 0.9) break;
-      this.#shares.delete(key);
+    if (window > this.#latestWindow) {
+      // A new window: every share kept is of an ended one.
+      this.#latestWindow = window;
+      this.#shares.clear();
     }
+    // An ended window's share is nobody's: what is done to it is dropped.
+    if (window < this.#latestWindow) return { window, allowance: 0, spent: 0, noneUntil: 0 };
+    let share = this.#shares.get(key);
+    if (share !== undefined) return share;
+    if (this.#shares.size >= (this.options.maxEntries ?? MAX_ENTRIES)) makeRoom(this.#shares, this.options.maxEntries ?? MAX_ENTRIES, (kept) => kept.window < window);
+    share = { window, allowance: baseShare(limit, this.workers), spent: 0, noneUntil: 0 };
+    this.#shares.set(key, share);
+    return share;
   }
 }
 
@@ -178,10 +208,14 @@ interface PendingAsk {
 }
 
 interface PoolEntry {
-  /** Units the primary holds: what no worker's share took, and what recalls gave back. */
+  readonly key: string;
+  readonly window: number;
+  /** Units the primary holds: what no worker's share took, and what workers gave back. */
   units: number;
   readonly asks: PendingAsk[];
   recall?: { readonly id: number; readonly waiting: Set<number>; readonly timer: NodeJS.Timeout };
+  /** Until when asks are answered from what the primary holds, without a recall: the last one found nothing unused. */
+  quietUntil: number;
 }
 
 /** The primary's side: what no worker holds of each budget, handed out on asking, recalled when there is none. */
@@ -193,46 +227,52 @@ export class BudgetPool {
   constructor(
     private readonly peers: BudgetPeers,
     private readonly maxEntries = MAX_ENTRIES,
+    private readonly now: () => number = Date.now,
   ) {}
 
   ask(worker: number, message: BudgetAsk): void {
     const entry = this.#entry(message.key, message.limit, message.window);
-    if (entry === undefined) return this.peers.send(worker, { pinpoint: 'budget-answer', ask: message.ask, units: 0 });
+    if (entry === undefined) return this.#answer(worker, message.ask, message.key, message.window, 0);
     entry.asks.push({ worker, ask: message.ask, want: Math.max(1, message.want) });
-    this.#serve(entry, message.key, message.limit, message.window);
+    this.#serve(entry, message.limit);
   }
 
   released(worker: number, message: BudgetReleased): void {
     const entry = this.#entries.get(entryKey(message.key, message.window));
     if (entry === undefined) return;
-    // Given back even when late: the worker no longer counts them as its own.
+    // Given back even when late or unasked: the worker no longer counts them as its own.
     entry.units += message.units;
-    if (entry.recall?.id !== message.recall) return;
+    if (message.units > 0) entry.quietUntil = 0;
+    if (entry.recall === undefined || entry.recall.id !== message.recall) return;
     entry.recall.waiting.delete(worker);
     if (entry.recall.waiting.size === 0) this.#endRecall(entry);
   }
 
-  /** A worker that exited answers no recall: nobody waits for it. */
+  /** A worker that exited answers no recall and takes no grant: nobody waits for it, nothing is handed to it. */
   gone(worker: number): void {
     for (const entry of this.#entries.values()) {
+      for (let index = entry.asks.length - 1; index >= 0; index -= 1) if (entry.asks[index]?.worker === worker) entry.asks.splice(index, 1);
       if (entry.recall?.waiting.delete(worker) === true && entry.recall.waiting.size === 0) this.#endRecall(entry);
     }
   }
 
-  #serve(entry: PoolEntry, key: string, limit: number, window: number): void {
+  #serve(entry: PoolEntry, limit: number): void {
     if (entry.recall !== undefined) return;
     this.#grant(entry);
     if (entry.asks.length === 0) return;
     const waiting = new Set(this.peers.connected());
-    if (waiting.size === 0) return this.#refuseRest(entry);
+    // A recall that found nothing a moment ago would find nothing now: asks that come meanwhile get none at once.
+    if (waiting.size === 0 || entry.quietUntil > this.now()) return this.#refuseRest(entry);
     const id = this.#nextRecall++;
     entry.recall = { id, waiting, timer: setTimeout(() => this.#endRecall(entry), RECALL_TIMEOUT_MS) };
-    for (const worker of waiting) this.peers.send(worker, { pinpoint: 'budget-recall', recall: id, key, limit, window });
+    for (const worker of waiting) this.peers.send(worker, { pinpoint: 'budget-recall', recall: id, key: entry.key, limit, window: entry.window });
   }
 
   #endRecall(entry: PoolEntry): void {
-    if (entry.recall !== undefined) clearTimeout(entry.recall.timer);
+    if (entry.recall === undefined) return;
+    clearTimeout(entry.recall.timer);
     entry.recall = undefined;
+    if (entry.units === 0) entry.quietUntil = this.now() + ASK_AGAIN_MS;
     this.#grant(entry);
     this.#refuseRest(entry);
   }
@@ -242,12 +282,16 @@ export class BudgetPool {
       const pending = entry.asks.shift() as PendingAsk;
       const units = Math.min(pending.want, entry.units);
       entry.units -= units;
-      this.peers.send(pending.worker, { pinpoint: 'budget-answer', ask: pending.ask, units });
+      this.#answer(pending.worker, pending.ask, entry.key, entry.window, units);
     }
   }
 
   #refuseRest(entry: PoolEntry): void {
-    for (const pending of entry.asks.splice(0)) this.peers.send(pending.worker, { pinpoint: 'budget-answer', ask: pending.ask, units: 0 });
+    for (const pending of entry.asks.splice(0)) this.#answer(pending.worker, pending.ask, entry.key, entry.window, 0);
+  }
+
+  #answer(worker: number, ask: number, key: string, window: number, units: number): void {
+    this.peers.send(worker, { pinpoint: 'budget-answer', ask, key, window, units });
   }
 
   /** The entry of `key` in `window`, started with what the workers' base shares leave; undefined when none can be kept. */
@@ -260,7 +304,7 @@ export class BudgetPool {
     // Beyond the bound nothing is handed out: a limit then errs on the safe side.
     if (this.#entries.size >= this.maxEntries) return undefined;
     const workers = this.peers.workers();
-    entry = { units: Math.max(0, limit - workers * baseShare(limit, workers)), asks: [] };
+    entry = { key, window, units: Math.max(0, limit - workers * baseShare(limit, workers)), asks: [], quietUntil: 0 };
     this.#entries.set(id, entry);
     return entry;
   }
@@ -268,8 +312,9 @@ export class BudgetPool {
   /** Entries of ended windows go; a recall still waiting answers its asks first. */
   #forgetBefore(window: number): void {
     for (const [id, entry] of this.#entries) {
-      if (!id.startsWith(`${window}:`)) {
+      if (entry.window < window) {
         this.#endRecall(entry);
+        this.#refuseRest(entry);
         this.#entries.delete(id);
       }
     }
@@ -278,27 +323,26 @@ export class BudgetPool {
 
 const entryKey = (key: string, window: number): string => `${window}:${key}`;
 
-/** How long a worker waits for the primary's answer before it takes none. */
-export const ASK_TIMEOUT_MS = 1000;
-
-/** In a cluster worker: asks and recall answers go to the primary over IPC. */
-export function workerBudgetLink(): BudgetLink {
+/**
+ * In a cluster worker: asks and what is given back go to the primary through `send` (the worker's IPC channel to it);
+ * a grant that comes after its ask stopped waiting is given back at once.
+ */
+export function workerBudgetLink(send: (message: BudgetAsk | BudgetReleased) => void): BudgetLink {
   let nextAsk = 0;
   const answers = new Map<number, (units: number) => void>();
   let release: ((key: string, limit: number, window: number) => number) | undefined;
-  const tellPrimary = (message: BudgetAsk | BudgetReleased): void => {
-    if (process.connected) process.send?.(message, undefined, {}, () => undefined);
-  };
   process.on('message', (message: unknown) => {
     if (isBudgetAnswer(message)) {
-      answers.get(message.ask)?.(message.units);
+      const waiting = answers.get(message.ask);
+      if (waiting !== undefined) waiting(message.units);
+      else if (message.units > 0) send({ pinpoint: 'budget-released', key: message.key, window: message.window, units: message.units });
     } else if (isBudgetRecall(message)) {
       const units = release?.(message.key, message.limit, message.window) ?? 0;
-      tellPrimary({ pinpoint: 'budget-released', recall: message.recall, key: message.key, window: message.window, units });
+      send({ pinpoint: 'budget-released', recall: message.recall, key: message.key, window: message.window, units });
     }
   });
   return {
-    ask(key, limit, window, want) {
+    ask(key, limit, window, want, timeoutMs) {
       if (!process.connected) return Promise.resolve(0);
       const ask = nextAsk++;
       return new Promise<number>((resolve) => {
@@ -307,10 +351,9 @@ export function workerBudgetLink(): BudgetLink {
           answers.delete(ask);
           resolve(units);
         };
-        // An answer after this is dropped: its units stay out of use, on the safe side.
-        const timer = setTimeout(() => done(0), ASK_TIMEOUT_MS);
+        const timer = setTimeout(() => done(0), timeoutMs);
         answers.set(ask, done);
-        tellPrimary({ pinpoint: 'budget-ask', ask, key, limit, window, want });
+        send({ pinpoint: 'budget-ask', ask, key, limit, window, want });
       });
     },
     onRecall(handler) {

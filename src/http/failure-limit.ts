@@ -4,8 +4,8 @@
  */
 import { isIPv6 } from 'node:net';
 import { OAuthError } from '../policy/oauth-error.js';
-import { BudgetShares, type BudgetLink } from './budget-shares.js';
-import type { FixedWindowLimiter } from './rate-limit.js';
+import { ASK_AGAIN_MS, ASK_TIMEOUT_MS, BudgetShares, type BudgetLink } from './budget-shares.js';
+import { boundedKey, type FixedWindowLimiter } from './rate-limit.js';
 
 export interface FailureLimits {
   /** Failed requests per client per address, per window. */
@@ -41,11 +41,11 @@ const slowDown = (retryAfterSeconds: number): OAuthError =>
 export const ADMISSION_WAIT_MS = 10_000;
 /** Requests waiting at most per address (or client from an address) in one process; beyond it, 429. */
 export const MAX_WAITING = 1_000;
-/** How long a request that no worker had room for waits before asking again, when nothing of its budget has failed. */
-export const ASK_AGAIN_MS = 50;
-
 /** How a wait for a request in flight ended. */
 export type WaitEnd = 'ended' | 'timed out' | 'too many waiting';
+
+/** How an ask for a larger share ended. */
+export type AskEnd = 'granted' | 'none' | 'too many waiting';
 
 /** Whether one more request may start: at once, after asking the primary for a larger share, or not now. */
 export type Room = 'start' | 'ask' | 'full';
@@ -60,12 +60,14 @@ export type Room = 'start' | 'ask' | 'full';
 export class RequestsInFlight {
   readonly #counts = new Map<string, number>();
   readonly #waiting = new Map<string, Set<() => void>>();
+  /** Requests waiting for the primary's answer, by key (bounded like the other waits). */
+  readonly #asking = new Map<string, number>();
   readonly #shares: BudgetShares | undefined;
 
   /** `workers`: the processes that share the budgets (DESIGN.md §11); `link` reaches the primary that holds the rest. */
-  constructor(workers = 1, options: { readonly windowMs?: number; readonly link?: BudgetLink } = {}) {
-    this.#shares = workers > 1 ? new BudgetShares(workers, options.windowMs ?? 60_000, options.link) : undefined;
-    if (this.#shares !== undefined) this.#shares.inFlightOf = (key) => this.#counts.get(key) ?? 0;
+  constructor(workers = 1, options: { readonly windowMs?: number; readonly link?: BudgetLink; readonly now?: () => number } = {}) {
+    const inFlightOf = (key: string): number => this.#counts.get(key) ?? 0;
+    this.#shares = workers > 1 ? new BudgetShares(workers, options.windowMs ?? 60_000, options.link, { now: options.now ?? Date.now, inFlightOf }) : undefined;
   }
 
   /**
@@ -79,9 +81,19 @@ export class RequestsInFlight {
     return this.#shares.canAsk ? 'ask' : 'full';
   }
 
-  /** Asks the primary for `want` more units of `key`'s budget; resolves with how many came. */
-  ask(key: string, limit: number, want: number, now: number): Promise<number> {
-    return this.#shares?.ask(key, limit, want, now) ?? Promise.resolve(0);
+  /** Asks the primary for what one more request of `key` (and `countedNow` counted as it starts) needs beyond this worker's share. */
+  async ask(key: string, limit: number, countedNow: number, now: number, timeoutMs: number): Promise<AskEnd> {
+    if (this.#shares === undefined) return 'none';
+    const asking = this.#asking.get(key) ?? 0;
+    if (asking >= MAX_WAITING) return 'too many waiting';
+    this.#asking.set(key, asking + 1);
+    try {
+      return (await this.#shares.ask(key, limit, (this.#counts.get(key) ?? 0) + countedNow, now, timeoutMs)) > 0 ? 'granted' : 'none';
+    } finally {
+      const left = (this.#asking.get(key) ?? 1) - 1;
+      if (left > 0) this.#asking.set(key, left);
+      else this.#asking.delete(key);
+    }
   }
 
   /** Counts `units` of `key`'s budget as used for good (a failure, a fetch, something kept) in this worker's share. */
@@ -151,7 +163,7 @@ export interface AdmissionRequest {
 type Budget = readonly [key: string, limit: number];
 
 /** What keeps a request from starting now: requests in flight to wait for, or this worker's share, to ask to grow. */
-type Hold = { readonly waitOn: string } | { readonly askFor: string; readonly limit: number; readonly want: number };
+type Hold = { readonly waitOn: string } | { readonly askFor: string; readonly limit: number; readonly countedNow: number };
 
 /**
  * Lets a request in when neither its address nor its client from that address has used up its failure budget, counting
@@ -170,21 +182,35 @@ export function admitRequest(
 ): Admission | Promise<Admission> {
   // The address budget first: a fetch and a kept request count against it alone.
   const budgets: Budget[] = [[addressKey(request.address), limits.addressFailures]];
-  if (request.clientId !== undefined) budgets.push([clientKey(request.address, request.clientId), limits.clientFailures]);
-  // Judged and taken in one synchronous step, so no other request slips between; only a wait is asynchronous.
-  const verdict = judge(limiter, inFlight, budgets, request.fetches(), now());
-  if (verdict === undefined) return { ok: true, settle: settlement(limiter, inFlight, budgets) };
-  if (verdict instanceof OAuthError) return { ok: false, error: verdict };
-  return admitAfterWaiting(limiter, inFlight, budgets, request, now, verdict);
+  // A client_id is the requester's own text: the key holds it bounded, so its length costs no memory.
+  if (request.clientId !== undefined) budgets.push([boundedKey(clientKey(request.address, request.clientId)), limits.clientFailures]);
+  return admit(limiter, inFlight, budgets, request.fetches, now);
 }
 
-async function admitAfterWaiting(limiter: FixedWindowLimiter, inFlight: RequestsInFlight, budgets: readonly Budget[], request: AdmissionRequest, now: () => number, firstHold: Hold): Promise<Admission> {
+/**
+ * Lets in a request whose failure counts against its address alone (a password check, a registration, a sign-in kept on
+ * the server), by the rules of admitRequest, so parallel ones cannot all pass a check made before any was counted
+ * (DESIGN.md §7): settle it `failed` or `kept` to count it, `done` to give it back.
+ */
+export function admitAgainstAddress(limiter: FixedWindowLimiter, inFlight: RequestsInFlight, limits: Pick<FailureLimits, 'addressFailures'>, address: string, now: () => number): Promise<Admission> {
+  return Promise.resolve(admit(limiter, inFlight, [[addressKey(address), limits.addressFailures]], () => 0, now));
+}
+
+function admit(limiter: FixedWindowLimiter, inFlight: RequestsInFlight, budgets: readonly Budget[], fetches: () => number, now: () => number): Admission | Promise<Admission> {
+  // Judged and taken in one synchronous step, so no other request slips between; only a wait is asynchronous.
+  const verdict = judge(limiter, inFlight, budgets, fetches(), now());
+  if (verdict === undefined) return { ok: true, settle: settlement(limiter, inFlight, budgets) };
+  if (verdict instanceof OAuthError) return { ok: false, error: verdict };
+  return admitAfterWaiting(limiter, inFlight, budgets, fetches, now, verdict);
+}
+
+async function admitAfterWaiting(limiter: FixedWindowLimiter, inFlight: RequestsInFlight, budgets: readonly Budget[], fetches: () => number, now: () => number, firstHold: Hold): Promise<Admission> {
   const deadline = now() + ADMISSION_WAIT_MS;
   let hold = firstHold;
   for (;;) {
     const left = deadline - now();
     if (left <= 0 || !(await heldUntilJudgedAgain(limiter, inFlight, hold, left, now))) return { ok: false, error: slowDown(1) };
-    const verdict = judge(limiter, inFlight, budgets, request.fetches(), now());
+    const verdict = judge(limiter, inFlight, budgets, fetches(), now());
     if (verdict === undefined) return { ok: true, settle: settlement(limiter, inFlight, budgets) };
     if (verdict instanceof OAuthError) return { ok: false, error: verdict };
     hold = verdict;
@@ -194,7 +220,8 @@ async function admitAfterWaiting(limiter: FixedWindowLimiter, inFlight: Requests
 /** Waits out `hold` (false: refuse instead): for a request in flight to end, or for the primary's answer to an ask. */
 async function heldUntilJudgedAgain(limiter: FixedWindowLimiter, inFlight: RequestsInFlight, hold: Hold, left: number, now: () => number): Promise<boolean> {
   if ('waitOn' in hold) return (await inFlight.waitForEnd(hold.waitOn, left)) === 'ended';
-  if ((await inFlight.ask(hold.askFor, hold.limit, hold.want, now())) > 0) return true;
+  const asked = await inFlight.ask(hold.askFor, hold.limit, hold.countedNow, now(), Math.min(left, ASK_TIMEOUT_MS));
+  if (asked !== 'none') return asked === 'granted';
   // No worker had room to spare: one that has failed is refused; one that has not waits for room to come free.
   if (limiter.counted(hold.askFor, now()) > 0) return false;
   return (await inFlight.waitForEnd(hold.askFor, Math.min(left, ASK_AGAIN_MS))) !== 'too many waiting';
@@ -210,7 +237,7 @@ function judge(limiter: FixedWindowLimiter, inFlight: RequestsInFlight, budgets:
     // Nothing in flight can give back what has been counted: only the window's end helps.
     if (counted + countedNow >= limit) return slowDown(Math.max(1, limiter.check(key, 0, now).retryAfterSeconds));
     const room = inFlight.room(key, limit, counted, countedNow, now);
-    if (room === 'ask') hold ??= { askFor: key, limit, want: countedNow + 1 };
+    if (room === 'ask') hold ??= { askFor: key, limit, countedNow };
     else if (room === 'full') {
       // One that has failed (or fetched, or kept something) in this window is refused, so a burst ends at once;
       // one that has not waits: it is never told it failed.
@@ -244,16 +271,6 @@ function settlement(limiter: FixedWindowLimiter, inFlight: RequestsInFlight, bud
 
 /** Whether an answer counts as a failed request (DESIGN.md §7): a refusal (4xx) other than 429, which counts nothing. */
 export const countsAsFailure = (status: number): boolean => status >= 400 && status < 500 && status !== 429;
-
-/**
- * Lets in a request whose failure counts against its address alone (a password check, a registration, a sign-in kept on
- * the server), by the rules of admitRequest, so parallel ones cannot all pass a check made before any was counted
- * (DESIGN.md §7): settle it `failed` or `kept` to count it, `done` to give it back.
- */
-export function admitAgainstAddress(limiter: FixedWindowLimiter, inFlight: RequestsInFlight, limits: Pick<FailureLimits, 'addressFailures'>, address: string, now: () => number): Admission | Promise<Admission> {
-  const addressOnly: FailureLimits = { addressFailures: limits.addressFailures, clientFailures: limits.addressFailures };
-  return admitRequest(limiter, inFlight, addressOnly, { address, clientId: undefined, fetches: () => 0 }, now);
-}
 
 /** Counts a refused request (4xx other than 429) against its address and, when it names one, its client from that address. */
 export function countFailure(limiter: FixedWindowLimiter, address: string, clientId: string | undefined, status: number, now: number): void {

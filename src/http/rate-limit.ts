@@ -119,12 +119,7 @@ export class FixedWindowLimiter {
   }
 
   private makeRoom(now: number): void {
-    for (const [key, window] of this.windows) if (window.endsAt <= now) this.windows.delete(key);
-    // Still full: the oldest windows go (they end first).
-    for (const key of this.windows.keys()) {
-      if (this.windows.size < this.maxEntries * 0.9) break;
-      this.windows.delete(key);
-    }
+    makeRoom(this.windows, this.maxEntries, (window) => window.endsAt <= now);
   }
 
   /** Drops ended windows and re-inserts the rest by end (start order, which makeRoom relies on), the newest maxEntries. */
@@ -150,6 +145,19 @@ function handedWindows(value: unknown, latestEnd: number): HandedWindow[] | unde
   return windows;
 }
 
-function boundedKey(key: string): string {
+/**
+ * Frees room in a full map whose insertion order is age order: ended entries go, then, while it is still above 90 % of
+ * `max`, the oldest.
+ */
+export function makeRoom<V>(entries: Map<string, V>, max: number, ended: (value: V) => boolean): void {
+  for (const [key, value] of entries) if (ended(value)) entries.delete(key);
+  for (const key of entries.keys()) {
+    if (entries.size < max * 0.9) break;
+    entries.delete(key);
+  }
+}
+
+/** `key` as limiters keep it: as it is up to MAX_KEY_LENGTH, else its digest, so an attacker's long text costs no memory. */
+export function boundedKey(key: string): string {
   return key.length <= MAX_KEY_LENGTH ? key : `sha256:${hash('sha256', key, 'hex')}`;
 }

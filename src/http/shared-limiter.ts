@@ -5,7 +5,7 @@
  * A worker that starts later (a restart, a reload) first takes a serving worker's live counts, then serves.
  */
 import type { Worker } from 'node:cluster';
-import { workerBudgetLink, type BudgetLink } from './budget-shares.js';
+import { workerBudgetLink, type BudgetAsk, type BudgetLink, type BudgetReleased } from './budget-shares.js';
 
 /** One replayed call: `method(...args)` on the limiter, or on what an earlier call of the same origin returned (`of`). */
 export interface LimiterMessage {
@@ -203,7 +203,7 @@ class RememberedResults {
 const CATCH_UP_TIMEOUT_MS = 3000;
 
 /** Sends to the primary; a worker that is stopping has lost its channel, and what it would say goes with it. */
-function tellPrimary(message: LimiterMessage | HandoverMessage): void {
+function tellPrimary(message: LimiterMessage | HandoverMessage | BudgetAsk | BudgetReleased): void {
   if (process.connected) process.send?.(message, undefined, {}, () => undefined);
 }
 
@@ -228,7 +228,7 @@ export function workerLink(): LimiterLink {
   });
   return {
     send: tellPrimary,
-    budgets: workerBudgetLink(),
+    budgets: workerBudgetLink(tellPrimary),
     subscribe(listener) {
       process.on('message', (message: unknown) => {
         if (isLimiterMessage(message)) listener(message);

@@ -145,8 +145,7 @@ async function submitDevicePage(deps: DevicePageDeps, request: FastifyRequest, r
   const session = await currentSession(deps, request, deps.now());
   if (session === undefined) {
     // A sign-in request is kept on the server: it counts against the address before it is written, as at /authorize.
-    const admitting = admitAgainstAddress(deps.failures, deps.inFlight, deps.limits, request.ip, deps.now);
-    const admission = admitting instanceof Promise ? await admitting : admitting;
+    const admission = await admitAgainstAddress(deps.failures, deps.inFlight, deps.limits, request.ip, deps.now);
     if (!admission.ok) return sendErrorPage(reply, admission.error);
     try {
       const start = { store: deps.store, cookies: deps.cookies, now: deps.now(), signInPage: deps.signInPage };

@@ -148,9 +148,8 @@ async function signIn(deps: LoginRouteDeps, passwords: PasswordPool, request: Fa
     return refuse(deps, request, reply, 400, 'csrf', { ...state, message: 'The form expired. Please sign in again.' });
   }
   const address = request.ip;
-  // DESIGN.md §7: the address's failure is counted before the password is checked, and given back when it is right.
-  const admitting = admitAgainstAddress(deps.failures, deps.inFlight, deps.limits, address, deps.now);
-  const admission = admitting instanceof Promise ? await admitting : admitting;
+  // DESIGN.md §7: the check counts against the address while it runs (so parallel guesses cannot all pass), and after it only when wrong.
+  const admission = await admitAgainstAddress(deps.failures, deps.inFlight, deps.limits, address, deps.now);
   if (!admission.ok) {
     const message = 'Too many failed requests from your network. Try again later.';
     return refuse(deps, request, reply, 429, 'too_many_attempts', { ...state, message }, admission.error.headers['Retry-After'] ?? '60');

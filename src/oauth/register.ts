@@ -150,8 +150,7 @@ async function saveClient(store: RegisteredClientStore, metadata: RegisteredClie
 
 /** Every registration attempt counts against the address (DESIGN.md §9), let in by the same rule as a failure and never given back. */
 async function register(deps: RegistrationRouteDeps, request: FastifyRequest, reply: FastifyReply, settings: Registration): Promise<FastifyReply> {
-  const admitting = admitAgainstAddress(deps.failures, deps.inFlight, deps.limits, request.ip, deps.now);
-  const admission = admitting instanceof Promise ? await admitting : admitting;
+  const admission = await admitAgainstAddress(deps.failures, deps.inFlight, deps.limits, request.ip, deps.now);
   if (!admission.ok) return sendJsonError(reply, admission.error);
   try {
     return await registerAdmitted(deps, request, reply, settings);
