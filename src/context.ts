@@ -11,7 +11,7 @@ import { cookieSettingsFor, type CookieSettings } from './http/cookies.js';
 import { createMetrics, type Metrics } from './http/metrics.js';
 import { FixedWindowLimiter } from './http/rate-limit.js';
 import { RequestsInFlight } from './http/failure-limit.js';
-import { isLimitedVerdict, sharedLimiter, type LimiterLink } from './http/shared-limiter.js';
+import { sharedLimiter, type LimiterLink } from './http/shared-limiter.js';
 import { isKnownSubject } from './policy/subjects.js';
 import type { AccessTokenStateStore, RevokedTokenStore } from './store/types.js';
 import type { AccessTokenStateSources } from './tokens/access-token-state.js';
@@ -105,7 +105,7 @@ export function makeServices(
     issuer: config.baseUrl,
     now,
     limits,
-    failures: shareable('failures', new FixedWindowLimiter(limits.failureWindowMs), limits.failureWindowMs, options.limiterLink),
+    failures: shareable('failures', new FixedWindowLimiter(limits.failureWindowMs), options.limiterLink),
     // Each of the server's workers may have its share of a budget in flight (DESIGN.md §11).
     inFlight: new RequestsInFlight(options.workers ?? 1, { windowMs: limits.failureWindowMs, now, ...(options.limiterLink?.budgets !== undefined && { link: options.limiterLink.budgets }) }),
     cookies: cookieSettingsFor(config.baseUrl, config.basePath),
@@ -130,6 +130,6 @@ export function makeServices(
 }
 
 /** A limiter whose counts hold for every worker (DESIGN.md §11) when there is a link to them; alone, it is itself. */
-function shareable(name: string, limiter: FixedWindowLimiter, windowMs: number, link: LimiterLink | undefined): FixedWindowLimiter {
-  return link === undefined ? limiter : sharedLimiter(name, limiter, link, { readOnly: ['check', 'counted', 'snapshot'], changedNothing: isLimitedVerdict, handleLifetimeMs: windowMs });
+function shareable(name: string, limiter: FixedWindowLimiter, link: LimiterLink | undefined): FixedWindowLimiter {
+  return link === undefined ? limiter : sharedLimiter(name, limiter, link, { readOnly: ['check', 'counted', 'snapshot'] });
 }

@@ -71,7 +71,7 @@ function simulatedCluster(workers: number): { readonly members: SimulatedWorker[
       subscribe: (listener) => void limiterListeners.set(id, listener),
       budgets,
     };
-    const limiter = sharedLimiter(`failures`, new FixedWindowLimiter(WINDOW_MS), link, { readOnly: ['check', 'counted', 'snapshot'], handleLifetimeMs: WINDOW_MS });
+    const limiter = sharedLimiter(`failures`, new FixedWindowLimiter(WINDOW_MS), link, { readOnly: ['check', 'counted', 'snapshot'] });
     connected.add(id);
     return { id, limiter, inFlight: new RequestsInFlight(workers, { windowMs: WINDOW_MS, link: budgets }), sent, askedKeys };
   });

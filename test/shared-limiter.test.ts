@@ -9,7 +9,6 @@ import { FixedWindowLimiter } from '../src/http/rate-limit.js';
 import {
   fanOutLimiterMessage,
   isHandoverMessage,
-  isLimitedVerdict,
   isLimiterMessage,
   relayHandover,
   sharedLimiter,
@@ -47,34 +46,10 @@ class Hub {
   }
 }
 
-/** A limiter with a call that hands back a function, as a reservation's `release` does. */
-class Reservations {
-  readonly counts = new Map<string, number>();
-
-  count(key: string): number {
-    return this.counts.get(key) ?? 0;
-  }
-
-  take(key: string, limit: number): { readonly limited: boolean; release?: () => void } {
-    const now = this.count(key);
-    if (now >= limit) return { limited: true };
-    this.counts.set(key, now + 1);
-    let released = false;
-    return {
-      limited: false,
-      release: () => {
-        if (released) return;
-        released = true;
-        this.counts.set(key, this.count(key) - 1);
-      },
-    };
-  }
-}
-
 describe('shared limiter', () => {
   test('a hit at one worker is counted at every other; checks stay local and send nothing', () => {
     const hub = new Hub();
-    const workers = [0, 1, 2].map(() => sharedLimiter('failures', new FixedWindowLimiter(60_000), hub.link(), { readOnly: ['check'], handleLifetimeMs: 60_000 }));
+    const workers = [0, 1, 2].map(() => sharedLimiter('failures', new FixedWindowLimiter(60_000), hub.link(), { readOnly: ['check'] }));
     const [first, second, third] = workers as [FixedWindowLimiter, FixedWindowLimiter, FixedWindowLimiter];
     const now = 1_000_000;
     for (let i = 0; i < 3; i += 1) first.hit('ip:192.0.2.1', now);
@@ -89,49 +64,17 @@ describe('shared limiter', () => {
 
   test('the window a worker started ends at the same time everywhere (the caller\'s now travels with the call)', () => {
     const hub = new Hub();
-    const [a, b] = [0, 1].map(() => sharedLimiter('failures', new FixedWindowLimiter(1000), hub.link(), { readOnly: ['check'], handleLifetimeMs: 1000 })) as [FixedWindowLimiter, FixedWindowLimiter];
+    const [a, b] = [0, 1].map(() => sharedLimiter('failures', new FixedWindowLimiter(1000), hub.link(), { readOnly: ['check'] })) as [FixedWindowLimiter, FixedWindowLimiter];
     a.hit('k', 5000);
     hub.deliver();
     assert.equal(b.check('k', 1, 5999).limited, true);
     assert.equal(b.check('k', 1, 6000).limited, false);
   });
 
-  test('functions a call returns are shared too: a reservation given back at one worker is given back at all', () => {
-    const hub = new Hub();
-    const locals = [new Reservations(), new Reservations()];
-    const [a, b] = locals.map((local) => sharedLimiter('slots', local, hub.link(), { readOnly: ['count'], changedNothing: isLimitedVerdict, handleLifetimeMs: 60_000 })) as [Reservations, Reservations];
-    const kept = a.take('ip:1', 2);
-    const returned = a.take('ip:1', 2);
-    hub.deliver();
-    assert.equal(b.count('ip:1'), 2);
-    const sentBefore = hub.sent.length;
-    assert.equal(b.take('ip:1', 2).limited, true, 'no slot left anywhere');
-    assert.equal(hub.sent.length, sentBefore, 'a refused reservation counted nothing, so nothing is replayed');
-    returned.release?.();
-    returned.release?.();
-    hub.deliver();
-    assert.equal(locals[0]?.count('ip:1'), 1);
-    assert.equal(locals[1]?.count('ip:1'), 1, 'released once at the other worker too');
-    assert.equal(kept.limited, false);
-  });
-
-  test('results kept for later calls are bounded in number', () => {
-    const hub = new Hub();
-    const local = new Reservations();
-    const a = sharedLimiter('slots', new Reservations(), hub.link(), { readOnly: ['count'], handleLifetimeMs: 60_000 });
-    sharedLimiter('slots', local, hub.link(), { readOnly: ['count'], handleLifetimeMs: 60_000, maxHandles: 10 });
-    const reservations = Array.from({ length: 50 }, (_, i) => a.take(`k${i}`, 1));
-    hub.deliver();
-    for (const reservation of reservations) reservation.release?.();
-    hub.deliver();
-    const stillHeld = [...local.counts.values()].filter((count) => count === 1).length;
-    assert.ok(stillHeld >= 40 && stillHeld < 50, `the oldest were forgotten, the newest released: ${stillHeld} held`);
-  });
-
   test('another limiter\'s messages are ignored', () => {
     const hub = new Hub();
-    const failures = sharedLimiter('failures', new FixedWindowLimiter(60_000), hub.link(), { readOnly: ['check'], handleLifetimeMs: 60_000 });
-    const other = sharedLimiter('registrations', new FixedWindowLimiter(60_000), hub.link(), { readOnly: ['check'], handleLifetimeMs: 60_000 });
+    const failures = sharedLimiter('failures', new FixedWindowLimiter(60_000), hub.link(), { readOnly: ['check'] });
+    const other = sharedLimiter('registrations', new FixedWindowLimiter(60_000), hub.link(), { readOnly: ['check'] });
     failures.hit('k', 0);
     hub.deliver();
     assert.equal(other.check('k', 1, 0).limited, false);
@@ -155,7 +98,7 @@ describe('handing counts to a worker that starts later', () => {
     const link: LimiterLink = { ...hub.link(), handOver: (name, limiter) => void given.set(name, limiter) };
     hub.link();
     const local = new FixedWindowLimiter(60_000);
-    const shared = sharedLimiter('failures', local, link, { readOnly: ['check', 'snapshot'], handleLifetimeMs: 60_000 });
+    const shared = sharedLimiter('failures', local, link, { readOnly: ['check', 'snapshot'] });
     assert.equal(given.get('failures'), local);
     given.get('failures')?.acceptHandover([['ip:a', 3, 60_000]], 0)?.();
     assert.equal(shared.check('ip:a', 3, 1).limited, true);
@@ -177,8 +120,7 @@ describe('handing counts to a worker that starts later', () => {
   test('replayed calls and handover messages are checked field by field', () => {
     const call = { pinpoint: 'limiter', limiter: 'failures', origin: '1.0', method: 'hit', args: ['k', 0] };
     assert.equal(isLimiterMessage(call), true);
-    assert.equal(isLimiterMessage({ ...call, handle: 3 }), true);
-    for (const wrong of [{ ...call, method: 7 }, { ...call, args: 'k' }, { ...call, limiter: undefined }, { ...call, handle: -1 }, { ...call, of: '2' }, null, 'limiter']) {
+    for (const wrong of [{ ...call, method: 7 }, { ...call, args: 'k' }, { ...call, limiter: undefined }, null, 'limiter']) {
       assert.equal(isLimiterMessage(wrong), false, JSON.stringify(wrong));
     }
     const good: unknown[] = [

@@ -6,7 +6,6 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import type { FastifyInstance, LightMyRequestResponse } from 'fastify';
-import { FixedWindowLimiter } from '../src/http/rate-limit.js';
 import type { Store } from '../src/store/types.js';
 import { STORE_KINDS } from './helpers/databases.js';
 import { cookieJar, form, hiddenInput, PASSWORD, testApp, webappAuthorizeUrl } from './helpers/app.js';
@@ -81,25 +80,3 @@ for (const kind of STORE_KINDS) {
     });
   });
 }
-
-describe('FixedWindowLimiter.reserve', () => {
-  test('counts and checks in one step; a release gives back one count, once, and only in its own window', () => {
-    const limiter = new FixedWindowLimiter(1000);
-    const first = limiter.reserve('a', 2, 0);
-    const second = limiter.reserve('a', 2, 0);
-    const third = limiter.reserve('a', 2, 0);
-    assert.equal(first.limited, false);
-    assert.equal(second.limited, false);
-    assert.deepEqual(third, { limited: true, retryAfterSeconds: 1 });
-    if (first.limited) return;
-    first.release();
-    first.release();
-    assert.equal(limiter.check('a', 2, 1).limited, false, 'one count given back');
-    assert.equal(limiter.reserve('a', 2, 1).limited, false);
-    assert.equal(limiter.check('a', 2, 1).limited, true, 'a second release of the same reservation gave nothing back');
-    const late = limiter.reserve('b', 1, 0);
-    limiter.hit('b', 1000);
-    if (!late.limited) late.release();
-    assert.equal(limiter.check('b', 1, 1001).limited, true, 'a release after its window ended leaves the new window alone');
-  });
-});

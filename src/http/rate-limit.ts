@@ -7,9 +7,6 @@ export interface RateLimitVerdict {
   readonly retryAfterSeconds: number;
 }
 
-/** A counted event that may be given back: `release` undoes the count, once, while its window lasts. */
-export type Reservation = ({ readonly limited: true } & RateLimitVerdict) | { readonly limited: false; readonly release: () => void };
-
 /** Keys are built from attacker-chosen text (client ids, addresses): longer ones are kept as their digest. */
 const MAX_KEY_LENGTH = 128;
 /** Entries kept at most; beyond it, expired ones go first, then the oldest, so memory stays bounded under any key spray. */
@@ -47,26 +44,6 @@ export class FixedWindowLimiter {
     this.windowOf(boundedKey(key), now).count += 1;
   }
 
-  /**
-   * Counts one event for `key` unless it has reached `limit`, in one synchronous step, so parallel requests cannot all
-   * pass a check made before any of them was counted (DESIGN.md §7). The count holds unless it is released.
-   */
-  reserve(key: string, limit: number, now: number): Reservation {
-    const verdict = this.check(key, limit, now);
-    if (verdict.limited) return { limited: true, retryAfterSeconds: verdict.retryAfterSeconds };
-    const bounded = boundedKey(key);
-    const window = this.windowOf(bounded, now);
-    window.count += 1;
-    let released = false;
-    const release = (): void => {
-      // A window that ended (or was evicted) since is not this reservation's to change.
-      if (released || this.windows.get(bounded) !== window) return;
-      released = true;
-      window.count = Math.max(0, window.count - 1);
-    };
-    return { limited: false, release };
-  }
-
   /** The live windows, for a worker that starts later (DESIGN.md §11); beyond `max`, those with the highest counts. */
   snapshot(now: number, max = MAX_HANDED_WINDOWS): HandedWindow[] {
     const live: HandedWindow[] = [];
@@ -96,7 +73,6 @@ export class FixedWindowLimiter {
       const window = this.windows.get(key);
       const live = window !== undefined && window.endsAt > now;
       if (live && window.count >= count) continue;
-      // Changed in place, so a reservation taken here before still finds its window to release.
       if (live) Object.assign(window, { count, endsAt });
       else this.windows.set(key, { count, endsAt });
       taken += 1;

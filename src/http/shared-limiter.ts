@@ -7,7 +7,7 @@
 import type { Worker } from 'node:cluster';
 import { workerBudgetLink, type BudgetAsk, type BudgetLink, type BudgetReleased } from './budget-shares.js';
 
-/** One replayed call: `method(...args)` on the limiter, or on what an earlier call of the same origin returned (`of`). */
+/** One replayed call: `method(...args)` on the limiter. */
 export interface LimiterMessage {
   readonly pinpoint: 'limiter';
   readonly limiter: string;
@@ -15,9 +15,6 @@ export interface LimiterMessage {
   readonly origin: string;
   readonly method: string;
   readonly args: readonly unknown[];
-  /** Set when the call returned functions (e.g. a reservation's `release`): later calls of them name it in `of`. */
-  readonly handle?: number;
-  readonly of?: number;
 }
 
 /** A limiter whose live counts can go to a worker that starts later, e.g. FixedWindowLimiter. */
@@ -65,9 +62,7 @@ export const isLimiterMessage = (message: unknown): message is LimiterMessage =>
   typeof message.limiter === 'string' &&
   typeof message.origin === 'string' &&
   typeof message.method === 'string' &&
-  Array.isArray(message.args) &&
-  (message.handle === undefined || isWholeNumber(message.handle)) &&
-  (message.of === undefined || isWholeNumber(message.of));
+  Array.isArray(message.args);
 
 /** A handover message of the right shape; what a `limits` message holds per limiter is each limiter's to check. */
 export function isHandoverMessage(message: unknown): message is HandoverMessage {
@@ -89,18 +84,7 @@ export type MethodOf<L> = { [K in keyof L]: L[K] extends (...args: never[]) => u
 export interface ShareOptions<L> {
   /** Methods that only read, and so are not replayed; every other method is. */
   readonly readOnly: readonly MethodOf<L>[];
-  /**
-   * Whether a call's result says it changed nothing (a refused reservation): such a call is not replayed, since the
-   * others, judging it again with counts that may have moved, could count what this worker refused.
-   */
-  readonly changedNothing?: (result: unknown) => boolean;
-  /** How long what a call returned may still be acted on (a reservation lives as long as its window). */
-  readonly handleLifetimeMs: number;
-  /** Returned values remembered at most per limiter, so memory stays bounded whatever the traffic. */
-  readonly maxHandles?: number;
 }
-
-const DEFAULT_MAX_HANDLES = 100_000;
 
 type AnyFunction = (...args: unknown[]) => unknown;
 
@@ -108,28 +92,19 @@ let instances = 0;
 
 /**
  * `local` with every call except `readOnly` ones applied locally and sent over `link`; calls received over `link`
- * are applied to `local` alone. Functions in a call's result (a reservation's `release`) are shared the same way.
- * A `local` that HandsOver also gives its counts to workers that start later, and takes those given to it.
+ * are applied to `local` alone. A `local` that HandsOver also gives its counts to workers that start later, and takes
+ * those given to it.
  */
 export function sharedLimiter<L extends object>(name: string, local: L, link: LimiterLink, options: ShareOptions<L>): L {
   if (handsOver(local)) link.handOver?.(name, local);
   const readOnly = new Set<string>(options.readOnly);
   const origin = `${process.pid}.${instances++}`;
-  let nextHandle = 0;
-  const send = (message: Omit<LimiterMessage, 'pinpoint' | 'limiter' | 'origin'>): void => link.send({ pinpoint: 'limiter', limiter: name, origin, ...message });
 
-  const remembered = new RememberedResults(options.handleLifetimeMs, options.maxHandles ?? DEFAULT_MAX_HANDLES);
   link.subscribe((message) => {
     if (message.limiter !== name || message.origin === origin) return;
-    if (message.of !== undefined) {
-      const method = remembered.get(message.origin, message.of)?.[message.method];
-      if (typeof method === 'function') (method as AnyFunction)(...message.args);
-      return;
-    }
     const method = Reflect.get(local, message.method) as unknown;
     if (typeof method !== 'function' || readOnly.has(message.method)) return;
-    const result = (method as AnyFunction).apply(local, [...message.args]);
-    if (message.handle !== undefined && isRecord(result)) remembered.add(message.origin, message.handle, result, Date.now());
+    (method as AnyFunction).apply(local, [...message.args]);
   });
 
   const wrapped = new Map<string, AnyFunction>();
@@ -144,24 +119,8 @@ export function sharedLimiter<L extends object>(name: string, local: L, link: Li
         const method = value as AnyFunction;
         call = (...args: unknown[]) => {
           const result = method.apply(target, args);
-          if (options.changedNothing?.(result) === true) return result;
-          const functions = isRecord(result) ? Object.keys(result).filter((key) => typeof result[key] === 'function') : [];
-          if (functions.length === 0) {
-            send({ method: property, args });
-            return result;
-          }
-          const handle = nextHandle++;
-          send({ method: property, args, handle });
-          const shared: Record<string, unknown> = { ...(result as Record<string, unknown>) };
-          for (const key of functions) {
-            const inner = (result as Record<string, AnyFunction>)[key] as AnyFunction;
-            shared[key] = (...innerArgs: unknown[]) => {
-              const answer = inner(...innerArgs);
-              send({ method: key, args: innerArgs, of: handle });
-              return answer;
-            };
-          }
-          return shared;
+          link.send({ pinpoint: 'limiter', limiter: name, origin, method: property, args });
+          return result;
         };
         wrapped.set(property, call);
       }
@@ -172,32 +131,6 @@ export function sharedLimiter<L extends object>(name: string, local: L, link: Li
 
 const handsOver = (limiter: object): limiter is HandsOver =>
   typeof (limiter as Partial<HandsOver>).snapshot === 'function' && typeof (limiter as Partial<HandsOver>).acceptHandover === 'function';
-
-/** A limiter's verdict that refused (`limited: true`, e.g. FixedWindowLimiter's reservations): nothing was counted. */
-export const isLimitedVerdict = (result: unknown): boolean => isRecord(result) && result.limited === true;
-
-/** Results of other workers' calls, by origin and handle, for the later calls that name them; oldest forgotten first. */
-class RememberedResults {
-  readonly #results = new Map<string, { readonly result: Record<string, unknown>; readonly at: number }>();
-
-  constructor(
-    private readonly lifetimeMs: number,
-    private readonly max: number,
-  ) {}
-
-  add(origin: string, handle: number, result: Record<string, unknown>, now: number): void {
-    // Insertion order is age order: expired and surplus entries are all at the front.
-    for (const [key, entry] of this.#results) {
-      if (entry.at + this.lifetimeMs > now && this.#results.size < this.max) break;
-      this.#results.delete(key);
-    }
-    this.#results.set(`${origin}:${handle}`, { result, at: now });
-  }
-
-  get(origin: string, handle: number): Record<string, unknown> | undefined {
-    return this.#results.get(`${origin}:${handle}`)?.result;
-  }
-}
 
 /** How long a starting worker waits for a serving one's counts before it serves with its own windows. */
 const CATCH_UP_TIMEOUT_MS = 3000;
