@@ -131,5 +131,5 @@ export function makeServices(
 
 /** A limiter whose counts hold for every worker (DESIGN.md §11) when there is a link to them; alone, it is itself. */
 function shareable(name: string, limiter: FixedWindowLimiter, link: LimiterLink | undefined): FixedWindowLimiter {
-  return link === undefined ? limiter : sharedLimiter(name, limiter, link, { readOnly: ['check', 'counted', 'snapshot'] });
+  return link === undefined ? limiter : sharedLimiter(name, limiter, link, { replayed: ['hit'] });
 }

@@ -14,6 +14,13 @@ import { sharedLimiter, type LimiterLink, type LimiterMessage } from '../src/htt
 
 const WINDOW_MS = 60_000;
 
+/** The real clock moved to the middle of its minute, so no test here runs across the shares' window boundary. */
+function midWindowClock(): () => number {
+  const start = Date.now();
+  const offset = (windowAt(start, WINDOW_MS) + 0.5) * WINDOW_MS - start;
+  return () => Date.now() + offset;
+}
+
 interface SimulatedWorker {
   readonly id: number;
   readonly limiter: FixedWindowLimiter;
@@ -22,6 +29,7 @@ interface SimulatedWorker {
   readonly sent: Map<string, number>;
   /** The keys of its asks. */
   readonly askedKeys: string[];
+  readonly now: () => number;
 }
 
 /** W workers and their primary, each message delivered on a later turn, in order per channel. */
@@ -29,11 +37,16 @@ function simulatedCluster(workers: number): { readonly members: SimulatedWorker[
   const answerHandlers = new Map<number, (message: BudgetAnswer | BudgetRecall) => void>();
   const limiterListeners = new Map<number, (message: LimiterMessage) => void>();
   const connected = new Set<number>();
-  const pool = new BudgetPool({
-    workers: () => workers,
-    connected: () => [...connected],
-    send: (id, message) => void nextTurn().then(() => answerHandlers.get(id)?.(message)),
-  });
+  const now = midWindowClock();
+  const pool = new BudgetPool(
+    {
+      workers: () => workers,
+      connected: () => [...connected],
+      send: (id, message) => void nextTurn().then(() => answerHandlers.get(id)?.(message)),
+    },
+    undefined,
+    now,
+  );
   const members = Array.from({ length: workers }, (_, id): SimulatedWorker => {
     const sent = new Map<string, number>();
     const askedKeys: string[] = [];
@@ -71,33 +84,33 @@ function simulatedCluster(workers: number): { readonly members: SimulatedWorker[
       subscribe: (listener) => void limiterListeners.set(id, listener),
       budgets,
     };
-    const limiter = sharedLimiter(`failures`, new FixedWindowLimiter(WINDOW_MS), link, { readOnly: ['check', 'counted', 'snapshot'] });
+    const limiter = sharedLimiter(`failures`, new FixedWindowLimiter(WINDOW_MS), link, { replayed: ['hit'] });
     connected.add(id);
-    return { id, limiter, inFlight: new RequestsInFlight(workers, { windowMs: WINDOW_MS, link: budgets }), sent, askedKeys };
+    return { id, limiter, inFlight: new RequestsInFlight(workers, { windowMs: WINDOW_MS, link: budgets, now }), sent, askedKeys, now };
   });
   return { members, pool, stop: (id) => connected.delete(id) };
 }
 
 /** Admits a request at `member` and, once let in, fails it after `turns` turns of the event loop (its asynchronous work). */
 async function failingRequest(member: SimulatedWorker, limits: FailureLimits, address: string, clientId: string | undefined, turns = 1): Promise<boolean> {
-  const admitting = admitRequest(member.limiter, member.inFlight, limits, { address, clientId, fetches: () => 0 }, Date.now);
+  const admitting = admitRequest(member.limiter, member.inFlight, limits, { address, clientId, fetches: () => 0 }, member.now);
   const admission: Admission = admitting instanceof Promise ? await admitting : admitting;
   if (!admission.ok) {
     assert.equal(admission.error.status, 429);
     return false;
   }
   for (let turn = 0; turn < turns; turn += 1) await nextTurn();
-  admission.settle('failed', Date.now());
+  admission.settle('failed', member.now());
   return true;
 }
 
 /** Admits a good request at `member` and answers it after a turn. */
 async function goodRequest(member: SimulatedWorker, limits: FailureLimits, address: string): Promise<boolean> {
-  const admitting = admitRequest(member.limiter, member.inFlight, limits, { address, clientId: 'c', fetches: () => 0 }, Date.now);
+  const admitting = admitRequest(member.limiter, member.inFlight, limits, { address, clientId: 'c', fetches: () => 0 }, member.now);
   const admission = admitting instanceof Promise ? await admitting : admitting;
   if (!admission.ok) return false;
   await nextTurn();
-  admission.settle('done', Date.now());
+  admission.settle('done', member.now());
   return true;
 }
 
@@ -178,6 +191,47 @@ describe('failure budgets split among workers (simulated cluster, real pool and 
     assert.ok(asks >= 1 && asks <= 30, `asks: ${asks}`);
   });
 
+  test('a request sharing another\'s ask waits no longer than its own deadline', async () => {
+    const silent: BudgetLink = { ask: () => new Promise(() => undefined), onRecall: () => undefined };
+    const inFlight = new RequestsInFlight(2, { windowMs: WINDOW_MS, link: silent });
+    const now = Date.now();
+    const first = inFlight.ask('k', 5, 0, now, 500).then((end) => ['first', end]);
+    const joiner = inFlight.ask('k', 5, 0, now, 20).then((end) => ['joiner', end]);
+    assert.deepEqual(await Promise.race([first, joiner]), ['joiner', 'none']);
+    assert.deepEqual(await first, ['first', 'none']);
+  });
+
+  test('a new window starts every share afresh: a worker whose share was spent has room again', () => {
+    let clock = (windowAt(Date.now(), WINDOW_MS) + 0.5) * WINDOW_MS;
+    const inFlight = new RequestsInFlight(2, { windowMs: WINDOW_MS, now: () => clock });
+    inFlight.spend('k', 2, 5, clock);
+    assert.equal(inFlight.room('k', 5, 0, 0, clock), 'full', 'its share of 2 is spent (no primary to ask)');
+    clock += WINDOW_MS;
+    assert.equal(inFlight.room('k', 5, 0, 0, clock), 'start');
+    assert.equal(inFlight.spent('k', clock), 0);
+  });
+
+  test('a client whose share is spent is refused at once, with the share window\'s end as Retry-After, even after its counts\' window ended', async () => {
+    let clock = (windowAt(Date.now(), WINDOW_MS) + 0.5) * WINDOW_MS;
+    const none: BudgetLink = { ask: async () => 0, onRecall: () => undefined };
+    const inFlight = new RequestsInFlight(2, { windowMs: WINDOW_MS, link: none, now: () => clock });
+    // The counts' window (10 s here) ends before the shares' minute does.
+    const limiter = new FixedWindowLimiter(10_000);
+    const limits: FailureLimits = { addressFailures: 300, clientFailures: 4 };
+    for (let i = 0; i < 2; i += 1) {
+      const admission = await admitRequest(limiter, inFlight, limits, { address: '198.51.100.28', clientId: 'spent', fetches: () => 0 }, () => clock);
+      assert.equal(admission.ok, true);
+      if (admission.ok) admission.settle('failed', clock);
+    }
+    clock += 11_000;
+    const started = performance.now();
+    const refused = await admitRequest(limiter, inFlight, limits, { address: '198.51.100.28', clientId: 'spent', fetches: () => 0 }, () => clock);
+    assert.ok(performance.now() - started < 1000, 'not held until the admission deadline');
+    assert.equal(refused.ok, false);
+    if (refused.ok) return;
+    assert.equal(refused.error.headers['Retry-After'], '19');
+  });
+
   test('a worker the primary no longer reaches is not recalled: its share stays unused, on the safe side', async () => {
     const { members, stop } = simulatedCluster(3);
     const [first, , third] = members as [SimulatedWorker, SimulatedWorker, SimulatedWorker];
@@ -194,9 +248,11 @@ describe('BudgetPool, the primary\'s part', () => {
   const window = windowAt(Date.now(), WINDOW_MS);
   type Sent = [number, BudgetAnswer | BudgetRecall];
 
-  function pool(workers: number, connected: number[] = Array.from({ length: workers }, (_, id) => id)): { pool: BudgetPool; sent: Sent[] } {
+  /** A primary on a clock that stands still unless a test moves it. */
+  function pool(workers: number, connected: number[] = Array.from({ length: workers }, (_, id) => id)): { pool: BudgetPool; sent: Sent[]; clock: { now: number } } {
     const sent: Sent[] = [];
-    return { pool: new BudgetPool({ workers: () => workers, connected: () => connected, send: (id, message) => void sent.push([id, message]) }), sent };
+    const clock = { now: window * WINDOW_MS + 1000 };
+    return { pool: new BudgetPool({ workers: () => workers, connected: () => connected, send: (id, message) => void sent.push([id, message]) }, undefined, () => clock.now), sent, clock };
   }
 
   test('each worker\'s base share is max(1, floor(limit / workers)); the primary starts with the rest', () => {
@@ -272,8 +328,8 @@ describe('BudgetPool, the primary\'s part', () => {
     );
   });
 
-  test('a recall that found nothing is not repeated for the next asks of that moment; units given back unasked end the quiet', () => {
-    const { pool: primary, sent } = pool(2);
+  test('a recall that found nothing is not repeated for a while, longer each time; units given back unasked end the quiet', () => {
+    const { pool: primary, sent, clock } = pool(2);
     primary.ask(0, { pinpoint: 'budget-ask', ask: 1, key: 'k', limit: 2, window, want: 1 });
     const recall = (sent[0] as Sent)[1] as BudgetRecall;
     primary.released(0, { pinpoint: 'budget-released', recall: recall.recall, key: 'k', window, units: 0 });
@@ -282,6 +338,15 @@ describe('BudgetPool, the primary\'s part', () => {
     assert.equal(recalls(), 2);
     for (let ask = 2; ask < 50; ask += 1) primary.ask(0, { pinpoint: 'budget-ask', ask, key: 'k', limit: 2, window, want: 1 });
     assert.equal(recalls(), 2, 'no recall storm');
+    // 50 ms later it recalls again; found nothing, it then waits 100 ms.
+    clock.now += 50;
+    primary.ask(0, { pinpoint: 'budget-ask', ask: 100, key: 'k', limit: 2, window, want: 1 });
+    assert.equal(recalls(), 4);
+    const again = (sent.at(-1) as Sent)[1] as BudgetRecall;
+    for (const worker of [0, 1]) primary.released(worker, { pinpoint: 'budget-released', recall: again.recall, key: 'k', window, units: 0 });
+    clock.now += 99;
+    primary.ask(0, { pinpoint: 'budget-ask', ask: 101, key: 'k', limit: 2, window, want: 1 });
+    assert.equal(recalls(), 4, 'the quiet doubled');
     primary.released(1, { pinpoint: 'budget-released', key: 'k', window, units: 1 });
     primary.ask(0, { pinpoint: 'budget-ask', ask: 50, key: 'k', limit: 2, window, want: 1 });
     assert.deepEqual(sent.at(-1), [0, { pinpoint: 'budget-answer', ask: 50, key: 'k', window, units: 1 }]);
@@ -291,12 +356,12 @@ describe('BudgetPool, the primary\'s part', () => {
 describe('workerBudgetLink, a worker\'s end of the channel', () => {
   test('a grant that comes after its ask stopped waiting is given back to the primary, so no unit is lost', async () => {
     const sent: (BudgetAsk | BudgetReleased)[] = [];
-    const link = workerBudgetLink((message) => void sent.push(message));
+    const link = workerBudgetLink((message) => void sent.push(message), 10);
     const connected = Object.getOwnPropertyDescriptor(process, 'connected');
     Object.defineProperty(process, 'connected', { value: true, configurable: true });
     try {
       const window = windowAt(Date.now(), WINDOW_MS);
-      assert.equal(await link.ask('late-key', 5, window, 1, 10), 0);
+      assert.equal(await link.ask('late-key', 5, window, 1), undefined, 'no answer in time');
       const ask = sent[0] as BudgetAsk;
       process.emit('message', { pinpoint: 'budget-answer', ask: ask.ask, key: 'late-key', window, units: 1 } satisfies BudgetAnswer, undefined);
       assert.deepEqual(sent[1], { pinpoint: 'budget-released', key: 'late-key', window, units: 1 });

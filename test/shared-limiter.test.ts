@@ -49,7 +49,7 @@ class Hub {
 describe('shared limiter', () => {
   test('a hit at one worker is counted at every other; checks stay local and send nothing', () => {
     const hub = new Hub();
-    const workers = [0, 1, 2].map(() => sharedLimiter('failures', new FixedWindowLimiter(60_000), hub.link(), { readOnly: ['check'] }));
+    const workers = [0, 1, 2].map(() => sharedLimiter('failures', new FixedWindowLimiter(60_000), hub.link(), { replayed: ['hit'] }));
     const [first, second, third] = workers as [FixedWindowLimiter, FixedWindowLimiter, FixedWindowLimiter];
     const now = 1_000_000;
     for (let i = 0; i < 3; i += 1) first.hit('ip:192.0.2.1', now);
@@ -64,17 +64,31 @@ describe('shared limiter', () => {
 
   test('the window a worker started ends at the same time everywhere (the caller\'s now travels with the call)', () => {
     const hub = new Hub();
-    const [a, b] = [0, 1].map(() => sharedLimiter('failures', new FixedWindowLimiter(1000), hub.link(), { readOnly: ['check'] })) as [FixedWindowLimiter, FixedWindowLimiter];
+    const [a, b] = [0, 1].map(() => sharedLimiter('failures', new FixedWindowLimiter(1000), hub.link(), { replayed: ['hit'] })) as [FixedWindowLimiter, FixedWindowLimiter];
     a.hit('k', 5000);
     hub.deliver();
     assert.equal(b.check('k', 1, 5999).limited, true);
     assert.equal(b.check('k', 1, 6000).limited, false);
   });
 
+  test('only the listed methods travel: other calls stay local, and a message naming any other method is ignored', () => {
+    const hub = new Hub();
+    const sender = sharedLimiter('failures', new FixedWindowLimiter(60_000), hub.link(), { replayed: ['hit'] });
+    const receiver = sharedLimiter('failures', new FixedWindowLimiter(60_000), hub.link(), { replayed: ['hit'] });
+    sender.acceptHandover([['ip:a', 3, 60_000]], 0)?.();
+    sender.snapshot(0);
+    assert.equal(hub.sent.length, 0, 'a handover taken through the proxy is not sent');
+    const forged = (method: string, args: unknown[]): LimiterMessage => ({ pinpoint: 'limiter', limiter: 'failures', origin: 'elsewhere', method, args });
+    const link = hub.link();
+    for (const message of [forged('constructor', []), forged('acceptHandover', [[['ip:b', 9, 60_000]], 0]), forged('toString', [])]) link.send(message);
+    assert.doesNotThrow(() => hub.deliver());
+    assert.equal(receiver.check('ip:b', 1, 1).limited, false, 'nothing but hit is applied');
+  });
+
   test('another limiter\'s messages are ignored', () => {
     const hub = new Hub();
-    const failures = sharedLimiter('failures', new FixedWindowLimiter(60_000), hub.link(), { readOnly: ['check'] });
-    const other = sharedLimiter('registrations', new FixedWindowLimiter(60_000), hub.link(), { readOnly: ['check'] });
+    const failures = sharedLimiter('failures', new FixedWindowLimiter(60_000), hub.link(), { replayed: ['hit'] });
+    const other = sharedLimiter('registrations', new FixedWindowLimiter(60_000), hub.link(), { replayed: ['hit'] });
     failures.hit('k', 0);
     hub.deliver();
     assert.equal(other.check('k', 1, 0).limited, false);
@@ -98,7 +112,7 @@ describe('handing counts to a worker that starts later', () => {
     const link: LimiterLink = { ...hub.link(), handOver: (name, limiter) => void given.set(name, limiter) };
     hub.link();
     const local = new FixedWindowLimiter(60_000);
-    const shared = sharedLimiter('failures', local, link, { readOnly: ['check', 'snapshot'] });
+    const shared = sharedLimiter('failures', local, link, { replayed: ['hit'] });
     assert.equal(given.get('failures'), local);
     given.get('failures')?.acceptHandover([['ip:a', 3, 60_000]], 0)?.();
     assert.equal(shared.check('ip:a', 3, 1).limited, true);

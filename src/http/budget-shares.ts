@@ -74,8 +74,8 @@ export const windowAt = (now: number, windowMs: number): number => Math.floor(no
 
 /** How a worker reaches the primary's part of the budgets. */
 export interface BudgetLink {
-  /** Asks for `want` more units of `key` in `window`; resolves with how many were given (0: none, or no answer within `timeoutMs`). */
-  ask(key: string, limit: number, window: number, want: number, timeoutMs: number): Promise<number>;
+  /** Asks for `want` more units of `key` in `window`; resolves with how many were given, or undefined without an answer in ASK_TIMEOUT_MS. */
+  ask(key: string, limit: number, window: number, want: number): Promise<number | undefined>;
   /** `release(key, limit, window)` answers the primary's recalls: the units given back. */
   onRecall(release: (key: string, limit: number, window: number) => number): void;
 }
@@ -87,6 +87,7 @@ export const ASK_TIMEOUT_MS = 1000;
 
 interface Share {
   readonly window: number;
+  readonly base: number;
   /** Units this worker holds in the window: its base share, plus grants, less releases. */
   allowance: number;
   /** Units used for good in the window: failures, fetches, requests that kept something. */
@@ -105,7 +106,7 @@ export interface BudgetSharesOptions {
 /** One worker's side: its shares of the budgets, kept for keys that have spent, asked or been recalled in this window. */
 export class BudgetShares {
   readonly #shares = new Map<string, Share>();
-  /** One ask per key at a time: every request that needs more of a key waits for the same answer. */
+  /** One ask per key and window at a time: every request that needs more of a key waits for the same answer. */
   readonly #asking = new Map<string, Promise<number>>();
   #latestWindow = 0;
 
@@ -133,25 +134,37 @@ export class BudgetShares {
     this.#own(key, limit, windowAt(now, this.windowMs)).spent += units;
   }
 
+  /** Units of `key` this worker has used for good in the window of `now`. */
+  spent(key: string, now: number): number {
+    const share = this.#shares.get(key);
+    return share !== undefined && share.window === windowAt(now, this.windowMs) ? share.spent : 0;
+  }
+
+  /** Milliseconds until the window of `now` ends, when every share starts afresh. */
+  windowEndsIn(now: number): number {
+    return (windowAt(now, this.windowMs) + 1) * this.windowMs - now;
+  }
+
   /** Asks the primary for what `using` more units of `key` need beyond this worker's share; resolves with how many came. */
-  ask(key: string, limit: number, using: number, now: number, timeoutMs: number): Promise<number> {
+  ask(key: string, limit: number, using: number, now: number): Promise<number> {
     const link = this.link;
     if (link === undefined) return Promise.resolve(0);
     const window = windowAt(now, this.windowMs);
     const share = this.#own(key, limit, window);
     if (share.noneUntil > now) return Promise.resolve(0);
-    const pending = this.#asking.get(key);
+    const asking = `${window}:${key}`;
+    const pending = this.#asking.get(asking);
     if (pending !== undefined) return pending;
-    const asked = link.ask(key, limit, window, Math.max(1, this.#shortfall(key, limit, using, now)), timeoutMs).then((units) => {
-      this.#asking.delete(key);
+    const asked = link.ask(key, limit, window, Math.max(1, this.#shortfall(key, limit, using, now))).then((units) => {
+      this.#asking.delete(asking);
       const current = this.#shares.get(key);
       // A grant for a window that has ended is worth nothing: its units stay out of use, which errs on the safe side.
-      if (current === undefined || current.window !== window) return 0;
+      if (current === undefined || current.window !== window || units === undefined) return 0;
       if (units === 0) current.noneUntil = this.options.now() + ASK_AGAIN_MS;
       current.allowance += units;
       return units;
     });
-    this.#asking.set(key, asked);
+    this.#asking.set(asking, asked);
     return asked;
   }
 
@@ -179,11 +192,15 @@ export class BudgetShares {
       this.#shares.clear();
     }
     // An ended window's share is nobody's: what is done to it is dropped.
-    if (window < this.#latestWindow) return { window, allowance: 0, spent: 0, noneUntil: 0 };
+    if (window < this.#latestWindow) return { window, base: 0, allowance: 0, spent: 0, noneUntil: 0 };
     let share = this.#shares.get(key);
     if (share !== undefined) return share;
-    if (this.#shares.size >= (this.options.maxEntries ?? MAX_ENTRIES)) makeRoom(this.#shares, this.options.maxEntries ?? MAX_ENTRIES, (kept) => kept.window < window);
-    share = { window, allowance: baseShare(limit, this.workers), spent: 0, noneUntil: 0 };
+    const max = this.options.maxEntries ?? MAX_ENTRIES;
+    // Full: first the shares that carry nothing (dropped, each would start again as it is); then the oldest, which an
+    // attacker spraying keys from many addresses can reset, as it can the limiter's own windows.
+    if (this.#shares.size >= max) makeRoom(this.#shares, max, (kept, keptKey) => kept.spent === 0 && kept.allowance === kept.base && this.options.inFlightOf(keptKey) === 0);
+    const base = baseShare(limit, this.workers);
+    share = { window, base, allowance: base, spent: 0, noneUntil: 0 };
     this.#shares.set(key, share);
     return share;
   }
@@ -214,9 +231,14 @@ interface PoolEntry {
   units: number;
   readonly asks: PendingAsk[];
   recall?: { readonly id: number; readonly waiting: Set<number>; readonly timer: NodeJS.Timeout };
-  /** Until when asks are answered from what the primary holds, without a recall: the last one found nothing unused. */
+  /** Until when asks are answered from what the primary holds, without a recall: the last ones found nothing unused. */
   quietUntil: number;
+  /** How long the next quiet lasts: doubled by each recall that finds nothing, up to MAX_QUIET_MS. */
+  quietMs: number;
 }
+
+/** The longest the primary goes without recalling a key whose recalls keep finding nothing. */
+export const MAX_QUIET_MS = 1000;
 
 /** The primary's side: what no worker holds of each budget, handed out on asking, recalled when there is none. */
 export class BudgetPool {
@@ -242,7 +264,7 @@ export class BudgetPool {
     if (entry === undefined) return;
     // Given back even when late or unasked: the worker no longer counts them as its own.
     entry.units += message.units;
-    if (message.units > 0) entry.quietUntil = 0;
+    if (message.units > 0) Object.assign(entry, { quietUntil: 0, quietMs: ASK_AGAIN_MS });
     if (entry.recall === undefined || entry.recall.id !== message.recall) return;
     entry.recall.waiting.delete(worker);
     if (entry.recall.waiting.size === 0) this.#endRecall(entry);
@@ -272,7 +294,10 @@ export class BudgetPool {
     if (entry.recall === undefined) return;
     clearTimeout(entry.recall.timer);
     entry.recall = undefined;
-    if (entry.units === 0) entry.quietUntil = this.now() + ASK_AGAIN_MS;
+    if (entry.units === 0) {
+      entry.quietUntil = this.now() + entry.quietMs;
+      entry.quietMs = Math.min(MAX_QUIET_MS, entry.quietMs * 2);
+    }
     this.#grant(entry);
     this.#refuseRest(entry);
   }
@@ -304,7 +329,7 @@ export class BudgetPool {
     // Beyond the bound nothing is handed out: a limit then errs on the safe side.
     if (this.#entries.size >= this.maxEntries) return undefined;
     const workers = this.peers.workers();
-    entry = { key, window, units: Math.max(0, limit - workers * baseShare(limit, workers)), asks: [], quietUntil: 0 };
+    entry = { key, window, units: Math.max(0, limit - workers * baseShare(limit, workers)), asks: [], quietUntil: 0, quietMs: ASK_AGAIN_MS };
     this.#entries.set(id, entry);
     return entry;
   }
@@ -327,9 +352,9 @@ const entryKey = (key: string, window: number): string => `${window}:${key}`;
  * In a cluster worker: asks and what is given back go to the primary through `send` (the worker's IPC channel to it);
  * a grant that comes after its ask stopped waiting is given back at once.
  */
-export function workerBudgetLink(send: (message: BudgetAsk | BudgetReleased) => void): BudgetLink {
+export function workerBudgetLink(send: (message: BudgetAsk | BudgetReleased) => void, timeoutMs = ASK_TIMEOUT_MS): BudgetLink {
   let nextAsk = 0;
-  const answers = new Map<number, (units: number) => void>();
+  const answers = new Map<number, (units: number | undefined) => void>();
   let release: ((key: string, limit: number, window: number) => number) | undefined;
   process.on('message', (message: unknown) => {
     if (isBudgetAnswer(message)) {
@@ -342,16 +367,16 @@ export function workerBudgetLink(send: (message: BudgetAsk | BudgetReleased) => 
     }
   });
   return {
-    ask(key, limit, window, want, timeoutMs) {
-      if (!process.connected) return Promise.resolve(0);
+    ask(key, limit, window, want) {
+      if (!process.connected) return Promise.resolve(undefined);
       const ask = nextAsk++;
-      return new Promise<number>((resolve) => {
-        const done = (units: number): void => {
+      return new Promise<number | undefined>((resolve) => {
+        const done = (units: number | undefined): void => {
           clearTimeout(timer);
           answers.delete(ask);
           resolve(units);
         };
-        const timer = setTimeout(() => done(0), timeoutMs);
+        const timer = setTimeout(() => done(undefined), timeoutMs);
         answers.set(ask, done);
         send({ pinpoint: 'budget-ask', ask, key, limit, window, want });
       });

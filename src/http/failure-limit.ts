@@ -81,19 +81,40 @@ export class RequestsInFlight {
     return this.#shares.canAsk ? 'ask' : 'full';
   }
 
-  /** Asks the primary for what one more request of `key` (and `countedNow` counted as it starts) needs beyond this worker's share. */
-  async ask(key: string, limit: number, countedNow: number, now: number, timeoutMs: number): Promise<AskEnd> {
+  /**
+   * Asks the primary for what one more request of `key` (and `countedNow` counted as it starts) needs beyond this
+   * worker's share, waiting at most `ms` for its answer (others asking for the same key share the one question).
+   */
+  async ask(key: string, limit: number, countedNow: number, now: number, ms: number): Promise<AskEnd> {
     if (this.#shares === undefined) return 'none';
-    const asking = this.#asking.get(key) ?? 0;
-    if (asking >= MAX_WAITING) return 'too many waiting';
-    this.#asking.set(key, asking + 1);
+    if (this.#waitingFor(key) >= MAX_WAITING) return 'too many waiting';
+    this.#asking.set(key, (this.#asking.get(key) ?? 0) + 1);
+    let timer: NodeJS.Timeout | undefined;
     try {
-      return (await this.#shares.ask(key, limit, (this.#counts.get(key) ?? 0) + countedNow, now, timeoutMs)) > 0 ? 'granted' : 'none';
+      const answer = this.#shares.ask(key, limit, (this.#counts.get(key) ?? 0) + countedNow, now);
+      const deadline = new Promise<number>((resolve) => (timer = setTimeout(() => resolve(0), ms)));
+      return (await Promise.race([answer, deadline])) > 0 ? 'granted' : 'none';
     } finally {
+      clearTimeout(timer);
       const left = (this.#asking.get(key) ?? 1) - 1;
       if (left > 0) this.#asking.set(key, left);
       else this.#asking.delete(key);
     }
+  }
+
+  /** What of `key`'s budget this worker has used for good in its share's window (always 0 with one worker: the counts say it). */
+  spent(key: string, now: number): number {
+    return this.#shares?.spent(key, now) ?? 0;
+  }
+
+  /** Seconds until the shares' window ends (for Retry-After when this worker's share is spent). */
+  shareRetryAfterSeconds(now: number): number {
+    return Math.max(1, Math.ceil((this.#shares?.windowEndsIn(now) ?? 0) / 1000));
+  }
+
+  /** Requests of `key` waiting in this process, for a wait or for the primary's answer: MAX_WAITING at most together. */
+  #waitingFor(key: string): number {
+    return (this.#waiting.get(key)?.size ?? 0) + (this.#asking.get(key) ?? 0);
   }
 
   /** Counts `units` of `key`'s budget as used for good (a failure, a fetch, something kept) in this worker's share. */
@@ -118,9 +139,9 @@ export class RequestsInFlight {
 
   /** Resolves once a request of `key` ends, after `ms`, or at once when MAX_WAITING already wait. */
   async waitForEnd(key: string, ms: number): Promise<WaitEnd> {
+    if (this.#waitingFor(key) >= MAX_WAITING) return 'too many waiting';
     let waiting = this.#waiting.get(key);
     if (waiting === undefined) this.#waiting.set(key, (waiting = new Set()));
-    if (waiting.size >= MAX_WAITING) return 'too many waiting';
     const queue = waiting;
     return new Promise<WaitEnd>((resolve) => {
       const wake = (): void => {
@@ -209,7 +230,8 @@ async function admitAfterWaiting(limiter: FixedWindowLimiter, inFlight: Requests
   let hold = firstHold;
   for (;;) {
     const left = deadline - now();
-    if (left <= 0 || !(await heldUntilJudgedAgain(limiter, inFlight, hold, left, now))) return { ok: false, error: slowDown(1) };
+    const refusal = left <= 0 ? slowDown(1) : await heldUntilJudgedAgain(limiter, inFlight, hold, left, now);
+    if (refusal !== undefined) return { ok: false, error: refusal };
     const verdict = judge(limiter, inFlight, budgets, fetches(), now());
     if (verdict === undefined) return { ok: true, settle: settlement(limiter, inFlight, budgets) };
     if (verdict instanceof OAuthError) return { ok: false, error: verdict };
@@ -217,14 +239,24 @@ async function admitAfterWaiting(limiter: FixedWindowLimiter, inFlight: Requests
   }
 }
 
-/** Waits out `hold` (false: refuse instead): for a request in flight to end, or for the primary's answer to an ask. */
-async function heldUntilJudgedAgain(limiter: FixedWindowLimiter, inFlight: RequestsInFlight, hold: Hold, left: number, now: () => number): Promise<boolean> {
-  if ('waitOn' in hold) return (await inFlight.waitForEnd(hold.waitOn, left)) === 'ended';
+/** Waits out `hold`, then undefined (judge again), or the 429: for a request in flight to end, or for the primary's answer to an ask. */
+async function heldUntilJudgedAgain(limiter: FixedWindowLimiter, inFlight: RequestsInFlight, hold: Hold, left: number, now: () => number): Promise<OAuthError | undefined> {
+  if ('waitOn' in hold) return (await inFlight.waitForEnd(hold.waitOn, left)) === 'ended' ? undefined : slowDown(1);
   const asked = await inFlight.ask(hold.askFor, hold.limit, hold.countedNow, now(), Math.min(left, ASK_TIMEOUT_MS));
-  if (asked !== 'none') return asked === 'granted';
+  if (asked !== 'none') return asked === 'granted' ? undefined : slowDown(1);
   // No worker had room to spare: one that has failed is refused; one that has not waits for room to come free.
-  if (limiter.counted(hold.askFor, now()) > 0) return false;
-  return (await inFlight.waitForEnd(hold.askFor, Math.min(left, ASK_AGAIN_MS))) !== 'too many waiting';
+  const failed = failedBefore(limiter, inFlight, hold.askFor, now());
+  if (failed !== undefined) return failed;
+  return (await inFlight.waitForEnd(hold.askFor, Math.min(left, ASK_AGAIN_MS))) === 'too many waiting' ? slowDown(1) : undefined;
+}
+
+/**
+ * The 429 for a key that has failed (or fetched, or kept something) in this window, by the server's counts or by this
+ * worker's share, whose window may end later; undefined when it has not.
+ */
+function failedBefore(limiter: FixedWindowLimiter, inFlight: RequestsInFlight, key: string, now: number): OAuthError | undefined {
+  if (limiter.counted(key, now) > 0) return slowDown(1);
+  return inFlight.spent(key, now) > 0 ? slowDown(inFlight.shareRetryAfterSeconds(now)) : undefined;
 }
 
 /** Takes the request in (undefined), refuses it (the 429), or says what it must wait for. */
@@ -239,9 +271,10 @@ function judge(limiter: FixedWindowLimiter, inFlight: RequestsInFlight, budgets:
     const room = inFlight.room(key, limit, counted, countedNow, now);
     if (room === 'ask') hold ??= { askFor: key, limit, countedNow };
     else if (room === 'full') {
-      // One that has failed (or fetched, or kept something) in this window is refused, so a burst ends at once;
-      // one that has not waits: it is never told it failed.
-      if (counted > 0) return slowDown(1);
+      // One that has failed in this window is refused, so a burst ends at once; one that has not waits: it is never
+      // told it failed.
+      const failed = failedBefore(limiter, inFlight, key, now);
+      if (failed !== undefined) return failed;
       hold ??= { waitOn: key };
     }
   }
@@ -272,9 +305,7 @@ function settlement(limiter: FixedWindowLimiter, inFlight: RequestsInFlight, bud
 /** Whether an answer counts as a failed request (DESIGN.md §7): a refusal (4xx) other than 429, which counts nothing. */
 export const countsAsFailure = (status: number): boolean => status >= 400 && status < 500 && status !== 429;
 
-/** Counts a refused request (4xx other than 429) against its address and, when it names one, its client from that address. */
-export function countFailure(limiter: FixedWindowLimiter, address: string, clientId: string | undefined, status: number, now: number): void {
-  if (!countsAsFailure(status)) return;
-  limiter.hit(addressKey(address), now);
-  if (clientId !== undefined) limiter.hit(clientKey(address, clientId), now);
+/** Counts a refused request (4xx other than 429) that no admission counted (a malformed body, an unknown path) against its address. */
+export function countFailure(limiter: FixedWindowLimiter, address: string, status: number, now: number): void {
+  if (countsAsFailure(status)) limiter.hit(addressKey(address), now);
 }

@@ -47,7 +47,7 @@ export class FixedWindowLimiter {
   /** The live windows, for a worker that starts later (DESIGN.md §11); beyond `max`, those with the highest counts. */
   snapshot(now: number, max = MAX_HANDED_WINDOWS): HandedWindow[] {
     const live: HandedWindow[] = [];
-    for (const [key, window] of this.windows) if (window.endsAt > now && window.count > 0) live.push([key, window.count, window.endsAt]);
+    for (const [key, window] of this.windows) if (window.endsAt > now) live.push([key, window.count, window.endsAt]);
     // The keys nearest their limits matter most: a spray of single failures is what gets left out.
     if (live.length > max) live.sort((a, b) => b[1] - a[1] || b[2] - a[2]).length = max;
     return live;
@@ -125,8 +125,8 @@ function handedWindows(value: unknown, latestEnd: number): HandedWindow[] | unde
  * Frees room in a full map whose insertion order is age order: ended entries go, then, while it is still above 90 % of
  * `max`, the oldest.
  */
-export function makeRoom<V>(entries: Map<string, V>, max: number, ended: (value: V) => boolean): void {
-  for (const [key, value] of entries) if (ended(value)) entries.delete(key);
+export function makeRoom<V>(entries: Map<string, V>, max: number, ended: (value: V, key: string) => boolean): void {
+  for (const [key, value] of entries) if (ended(value, key)) entries.delete(key);
   for (const key of entries.keys()) {
     if (entries.size < max * 0.9) break;
     entries.delete(key);

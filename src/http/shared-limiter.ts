@@ -78,12 +78,12 @@ export function isHandoverMessage(message: unknown): message is HandoverMessage 
   );
 }
 
-/** Method names of `L` (what may be listed as read-only). */
+/** Method names of `L` (what may be listed as replayed). */
 export type MethodOf<L> = { [K in keyof L]: L[K] extends (...args: never[]) => unknown ? K : never }[keyof L] & string;
 
 export interface ShareOptions<L> {
-  /** Methods that only read, and so are not replayed; every other method is. */
-  readonly readOnly: readonly MethodOf<L>[];
+  /** The methods that change counts, replayed at every other worker; every other property is this worker's alone. */
+  readonly replayed: readonly MethodOf<L>[];
 }
 
 type AnyFunction = (...args: unknown[]) => unknown;
@@ -91,29 +91,26 @@ type AnyFunction = (...args: unknown[]) => unknown;
 let instances = 0;
 
 /**
- * `local` with every call except `readOnly` ones applied locally and sent over `link`; calls received over `link`
- * are applied to `local` alone. A `local` that HandsOver also gives its counts to workers that start later, and takes
- * those given to it.
+ * `local` with every `replayed` call applied locally and sent over `link`; those received over `link` are applied to
+ * `local` alone, and nothing else a message names is called. A `local` that HandsOver also gives its counts to
+ * workers that start later, and takes those given to it.
  */
 export function sharedLimiter<L extends object>(name: string, local: L, link: LimiterLink, options: ShareOptions<L>): L {
   if (handsOver(local)) link.handOver?.(name, local);
-  const readOnly = new Set<string>(options.readOnly);
+  const replayed = new Set<string>(options.replayed);
   const origin = `${process.pid}.${instances++}`;
 
   link.subscribe((message) => {
-    if (message.limiter !== name || message.origin === origin) return;
-    const method = Reflect.get(local, message.method) as unknown;
-    if (typeof method !== 'function' || readOnly.has(message.method)) return;
-    (method as AnyFunction).apply(local, [...message.args]);
+    if (message.limiter !== name || message.origin === origin || !replayed.has(message.method)) return;
+    (Reflect.get(local, message.method) as AnyFunction).apply(local, [...message.args]);
   });
 
   const wrapped = new Map<string, AnyFunction>();
   return new Proxy(local, {
     get(target, property) {
       const value = Reflect.get(target, property, target) as unknown;
-      if (typeof value !== 'function' || typeof property !== 'string' || readOnly.has(property)) {
-        return typeof value === 'function' ? (value as AnyFunction).bind(target) : value;
-      }
+      if (typeof value !== 'function') return value;
+      if (typeof property !== 'string' || !replayed.has(property)) return (value as AnyFunction).bind(target);
       let call = wrapped.get(property);
       if (call === undefined) {
         const method = value as AnyFunction;
