@@ -189,7 +189,7 @@ type Hold = { readonly waitOn: string } | { readonly askFor: string; readonly li
 /**
  * Lets a request in when neither its address nor its client from that address has used up its failure budget, counting
  * the requests still in flight as failures-to-be: with `address_failures = 5`, 200 parallel bad requests from one
- * address get at most 5 answers other than 429 (plus one per other worker, DESIGN.md §11). Beyond what is left, a
+ * address get at most 5 answers other than 429, across all workers (their shares, DESIGN.md §11). Beyond what is left, a
  * request of an address (or client) with nothing counted in this window waits for one in flight to end instead of
  * being refused: an address that has not failed is never told it did, and its many good parallel requests are all
  * answered.
