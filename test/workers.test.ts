@@ -48,9 +48,10 @@ interface Answer {
 function fresh(
   baseUrl: string,
   path: string,
-  options: { method?: string; pairs?: readonly (readonly [string, string])[]; auth?: string; address?: string } = {},
+  options: { method?: string; pairs?: readonly (readonly [string, string])[]; json?: unknown; auth?: string; address?: string } = {},
 ): Promise<Answer> {
-  const body = options.pairs === undefined ? undefined : form(options.pairs);
+  const body = options.json !== undefined ? JSON.stringify(options.json) : options.pairs === undefined ? undefined : form(options.pairs);
+  const contentType = options.json !== undefined ? 'application/json' : 'application/x-www-form-urlencoded';
   return new Promise((resolve, reject) => {
     const outgoing = httpRequest(
       new URL(path, baseUrl),
@@ -60,7 +61,7 @@ function fresh(
         headers: {
           connection: 'close',
           'x-forwarded-for': options.address ?? `198.18.${randomInt(256)}.${randomInt(256)}`,
-          ...(body !== undefined && { 'content-type': 'application/x-www-form-urlencoded', 'content-length': Buffer.byteLength(body) }),
+          ...(body !== undefined && { 'content-type': contentType, 'content-length': Buffer.byteLength(body) }),
           ...(options.auth !== undefined && { authorization: options.auth }),
         },
         timeout: 15_000,
@@ -539,6 +540,35 @@ describe('serve with 2 workers on PostgreSQL (serve --workers 2)', { skip: POSTG
     database = await createTestDatabase(POSTGRES_URL as string, 'pinpoint_workers');
     return { url: database.url };
   }, 'flag');
+});
+
+// Every registration counts against its address (DESIGN.md §9), admitted like the password check at sign-in: the
+// address budget's shares hold over real workers, not only the client budget's at /token.
+describe('registrations over 2 workers with address_failures = 5', () => {
+  let deployment: Deployment | undefined;
+  let server: PinpointProcess;
+  before(async () => {
+    deployment = await createDeployment({ state: { path: 'data/pinpoint.db' } });
+    const extra = 'workers = 2\ntrusted_proxies = ["127.0.0.1"]\nlimits {\n  address_failures = 5\n}\ndynamic_clients {\n  audience     = ["https://mcp.example.org/mcp"]\n  registration = "open"\n}\n';
+    await writeFile(deployment.configFile, `${await readFile(deployment.configFile, 'utf8')}${extra}`);
+    server = await startPinpoint(deployment);
+    await twoWorkers(server);
+  });
+  after(async () => {
+    await killAll();
+    await removeDeployment(deployment);
+  });
+
+  for (const round of [1, 2]) {
+    test(`40 registrations at once from one address: at most 5 + 2 registered in all, the rest 429 (round ${round})`, async () => {
+      const json = { redirect_uris: ['http://127.0.0.1:33418/callback'], client_name: 'burst', token_endpoint_auth_method: 'none' };
+      const answers = await Promise.all(Array.from({ length: 40 }, () => fresh(server.baseUrl, '/register', { json, address: `192.0.2.${90 + round}` })));
+      const statuses = answers.map((answer) => answer.status);
+      const registered = statuses.filter((status) => status === 201).length;
+      assert.ok(registered >= 1 && registered <= 7, `registered: ${registered} (${statuses.join(' ')})`);
+      assert.equal(registered + statuses.filter((status) => status === 429).length, 40, statuses.join(' '));
+    });
+  }
 });
 
 describe('metrics added by a reload', () => {
