@@ -64,7 +64,7 @@ export async function buildApp(options: BuildAppOptions): Promise<{ app: Fastify
     ...(options.https !== undefined && { https: options.https }),
     metrics,
     isClientOrigin: (origin) => clients.isClientOrigin(origin),
-    countFailure: (address, status) => countFailure(services.failures, address, status, services.now()),
+    countFailure: (address, status) => countFailure(services.failures, services.inFlight, services.limits, address, status, services.now()),
   });
   await registerRoutes(app, services, store);
   return { app, ctx: services };

@@ -8,7 +8,7 @@ import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { setImmediate as nextTurn } from 'node:timers/promises';
 import { BudgetPool, baseShare, windowAt, workerBudgetLink, type BudgetAnswer, type BudgetAsk, type BudgetLink, type BudgetRecall, type BudgetReleased } from '../src/http/budget-shares.js';
-import { admitRequest, RequestsInFlight, type Admission, type FailureLimits } from '../src/http/failure-limit.js';
+import { admitRequest, countFailure, RequestsInFlight, type Admission, type FailureLimits } from '../src/http/failure-limit.js';
 import { FixedWindowLimiter } from '../src/http/rate-limit.js';
 import { sharedLimiter, type LimiterLink, type LimiterMessage } from '../src/http/shared-limiter.js';
 
@@ -230,6 +230,16 @@ describe('failure budgets split among workers (simulated cluster, real pool and 
     assert.equal(refused.ok, false);
     if (refused.ok) return;
     assert.equal(refused.error.headers['Retry-After'], '19');
+  });
+
+  test('a failure no admission counted (a malformed body) is counted in the worker\'s share as in the server-wide counts', () => {
+    const now = (windowAt(Date.now(), WINDOW_MS) + 0.5) * WINDOW_MS;
+    const limiter = new FixedWindowLimiter(WINDOW_MS);
+    const inFlight = new RequestsInFlight(2, { windowMs: WINDOW_MS, now: () => now });
+    for (let i = 0; i < 2; i += 1) countFailure(limiter, inFlight, { addressFailures: 5 }, '198.51.100.29', 400, now);
+    assert.equal(limiter.counted('ip:198.51.100.29', now), 2);
+    assert.equal(inFlight.spent('ip:198.51.100.29', now), 2);
+    assert.equal(inFlight.room('ip:198.51.100.29', 5, 2, 0, now), 'full', 'its share of 2 is spent');
   });
 
   test('a worker the primary no longer reaches is not recalled: its share stays unused, on the safe side', async () => {

@@ -136,8 +136,7 @@ export class BudgetShares {
 
   /** Units of `key` this worker has used for good in the window of `now`. */
   spent(key: string, now: number): number {
-    const share = this.#shares.get(key);
-    return share !== undefined && share.window === windowAt(now, this.windowMs) ? share.spent : 0;
+    return this.#current(key, now)?.spent ?? 0;
   }
 
   /** Milliseconds until the window of `now` ends, when every share starts afresh. */
@@ -170,9 +169,14 @@ export class BudgetShares {
 
   /** How many units `using` more of `key` need beyond what this worker holds (0 or less: none). */
   #shortfall(key: string, limit: number, using: number, now: number): number {
-    const share = this.#shares.get(key);
-    const current = share !== undefined && share.window === windowAt(now, this.windowMs) ? share : undefined;
+    const current = this.#current(key, now);
     return (current?.spent ?? 0) + using + 1 - (current?.allowance ?? baseShare(limit, this.workers));
+  }
+
+  /** The kept share of `key` in the window of `now`, if any (one of an ended window may linger until the next is kept). */
+  #current(key: string, now: number): Share | undefined {
+    const share = this.#shares.get(key);
+    return share !== undefined && share.window === windowAt(now, this.windowMs) ? share : undefined;
   }
 
   /** Gives back what this worker holds of `key` in `window` and neither spent nor has in flight. */
@@ -260,8 +264,8 @@ export class BudgetPool {
   }
 
   released(worker: number, message: BudgetReleased): void {
-    const entry = this.#entries.get(entryKey(message.key, message.window));
-    if (entry === undefined) return;
+    const entry = this.#entries.get(message.key);
+    if (entry === undefined || entry.window !== message.window) return;
     // Given back even when late or unasked: the worker no longer counts them as its own.
     entry.units += message.units;
     if (message.units > 0) Object.assign(entry, { quietUntil: 0, quietMs: ASK_AGAIN_MS });
@@ -321,32 +325,27 @@ export class BudgetPool {
 
   /** The entry of `key` in `window`, started with what the workers' base shares leave; undefined when none can be kept. */
   #entry(key: string, limit: number, window: number): PoolEntry | undefined {
-    if (window > this.#latestWindow) this.#forgetBefore((this.#latestWindow = window));
+    if (window > this.#latestWindow) {
+      this.#latestWindow = window;
+      this.#forgetAll();
+    }
     if (window < this.#latestWindow) return undefined;
-    const id = entryKey(key, window);
-    let entry = this.#entries.get(id);
+    let entry = this.#entries.get(key);
     if (entry !== undefined) return entry;
     // Beyond the bound nothing is handed out: a limit then errs on the safe side.
     if (this.#entries.size >= this.maxEntries) return undefined;
     const workers = this.peers.workers();
     entry = { key, window, units: Math.max(0, limit - workers * baseShare(limit, workers)), asks: [], quietUntil: 0, quietMs: ASK_AGAIN_MS };
-    this.#entries.set(id, entry);
+    this.#entries.set(key, entry);
     return entry;
   }
 
-  /** Entries of ended windows go; a recall still waiting answers its asks first. */
-  #forgetBefore(window: number): void {
-    for (const [id, entry] of this.#entries) {
-      if (entry.window < window) {
-        this.#endRecall(entry);
-        this.#refuseRest(entry);
-        this.#entries.delete(id);
-      }
-    }
+  /** A new window: every entry is of an ended one; a recall still waiting answers its asks first. */
+  #forgetAll(): void {
+    for (const entry of this.#entries.values()) this.#endRecall(entry);
+    this.#entries.clear();
   }
 }
-
-const entryKey = (key: string, window: number): string => `${window}:${key}`;
 
 /**
  * In a cluster worker: asks and what is given back go to the primary through `send` (the worker's IPC channel to it);

@@ -279,11 +279,15 @@ function judge(limiter: FixedWindowLimiter, inFlight: RequestsInFlight, budgets:
     }
   }
   if (hold !== undefined) return hold;
-  const [addressBudget, addressLimit] = budgets[0] as Budget;
-  for (let count = 0; count < fetches; count += 1) limiter.hit(addressBudget, now);
-  if (fetches > 0) inFlight.spend(addressBudget, fetches, addressLimit, now);
+  if (fetches > 0) countUsed(limiter, inFlight, budgets[0] as Budget, fetches, now);
   for (const [key] of budgets) inFlight.start(key);
   return undefined;
+}
+
+/** Counts `units` used for good of a budget: in the server-wide counts and in this worker's share, always both. */
+function countUsed(limiter: FixedWindowLimiter, inFlight: RequestsInFlight, [key, limit]: Budget, units: number, now: number): void {
+  for (let count = 0; count < units; count += 1) limiter.hit(key, now);
+  inFlight.spend(key, units, limit, now);
 }
 
 /** Ends an admitted request once: counts its outcome, then stops counting it as in flight, in one step. */
@@ -292,12 +296,9 @@ function settlement(limiter: FixedWindowLimiter, inFlight: RequestsInFlight, bud
   return (outcome, now) => {
     if (settled) return;
     settled = true;
-    budgets.forEach(([key, limit], index) => {
-      if (outcome === 'failed' || (outcome === 'kept' && index === 0)) {
-        limiter.hit(key, now);
-        inFlight.spend(key, 1, limit, now);
-      }
-      inFlight.end(key);
+    budgets.forEach((budget, index) => {
+      if (outcome === 'failed' || (outcome === 'kept' && index === 0)) countUsed(limiter, inFlight, budget, 1, now);
+      inFlight.end(budget[0]);
     });
   };
 }
@@ -306,6 +307,6 @@ function settlement(limiter: FixedWindowLimiter, inFlight: RequestsInFlight, bud
 export const countsAsFailure = (status: number): boolean => status >= 400 && status < 500 && status !== 429;
 
 /** Counts a refused request (4xx other than 429) that no admission counted (a malformed body, an unknown path) against its address. */
-export function countFailure(limiter: FixedWindowLimiter, address: string, status: number, now: number): void {
-  if (countsAsFailure(status)) limiter.hit(addressKey(address), now);
+export function countFailure(limiter: FixedWindowLimiter, inFlight: RequestsInFlight, limits: Pick<FailureLimits, 'addressFailures'>, address: string, status: number, now: number): void {
+  if (countsAsFailure(status)) countUsed(limiter, inFlight, [addressKey(address), limits.addressFailures], 1, now);
 }
