@@ -20,6 +20,8 @@ export interface FailureLimits {
  * could otherwise draw a fresh budget from each of its 2^64 addresses.
  */
 export function limitedAddress(address: string): string {
+  // An IPv4 address (every request's, behind most deployments) has no ':': no regex, no isIPv6, on the request path.
+  if (!address.includes(':')) return address;
   const mapped = /^::ffff:(\d{1,3}(?:\.\d{1,3}){3})$/i.exec(address);
   if (mapped !== null) return mapped[1] as string;
   if (!isIPv6(address)) return address;
@@ -32,7 +34,8 @@ export function limitedAddress(address: string): string {
 }
 
 const addressKey = (address: string): string => `ip:${limitedAddress(address)}`;
-const clientKey = (address: string, clientId: string): string => `client:${limitedAddress(address)}:${clientId}`;
+/** `limited` is limitedAddress's answer, computed once per request for both keys. */
+const clientKey = (limited: string, clientId: string): string => `client:${limited}:${clientId}`;
 
 const slowDown = (retryAfterSeconds: number): OAuthError =>
   new OAuthError('invalid_request', 'too many failed requests; slow down', 429, { 'Retry-After': String(retryAfterSeconds) });
@@ -202,9 +205,10 @@ export function admitRequest(
   now: () => number,
 ): Admission | Promise<Admission> {
   // The address budget first: a fetch and a kept request count against it alone.
-  const budgets: Budget[] = [[addressKey(request.address), limits.addressFailures]];
+  const limited = limitedAddress(request.address);
+  const budgets: Budget[] = [[`ip:${limited}`, limits.addressFailures]];
   // A client_id is the requester's own text: the key holds it bounded, so its length costs no memory.
-  if (request.clientId !== undefined) budgets.push([boundedKey(clientKey(request.address, request.clientId)), limits.clientFailures]);
+  if (request.clientId !== undefined) budgets.push([boundedKey(clientKey(limited, request.clientId)), limits.clientFailures]);
   return admit(limiter, inFlight, budgets, request.fetches, now);
 }
 
