@@ -33,9 +33,9 @@ export function limitedAddress(address: string): string {
   return `${groups.slice(0, 4).map((group) => Number.parseInt(group, 16).toString(16)).join(':')}::/64`;
 }
 
-const addressKey = (address: string): string => `ip:${limitedAddress(address)}`;
-/** `limited` is limitedAddress's answer, computed once per request for both keys. */
-const clientKey = (limited: string, clientId: string): string => `client:${limited}:${clientId}`;
+/** The keys of an address group (limitedAddress's answer, worked out once per request for both). */
+const addressKey = (group: string): string => `ip:${group}`;
+const clientKey = (group: string, clientId: string): string => `client:${group}:${clientId}`;
 
 const slowDown = (retryAfterSeconds: number): OAuthError =>
   new OAuthError('invalid_request', 'too many failed requests; slow down', 429, { 'Retry-After': String(retryAfterSeconds) });
@@ -205,10 +205,10 @@ export function admitRequest(
   now: () => number,
 ): Admission | Promise<Admission> {
   // The address budget first: a fetch and a kept request count against it alone.
-  const limited = limitedAddress(request.address);
-  const budgets: Budget[] = [[`ip:${limited}`, limits.addressFailures]];
+  const group = limitedAddress(request.address);
+  const budgets: Budget[] = [[addressKey(group), limits.addressFailures]];
   // A client_id is the requester's own text: the key holds it bounded, so its length costs no memory.
-  if (request.clientId !== undefined) budgets.push([boundedKey(clientKey(limited, request.clientId)), limits.clientFailures]);
+  if (request.clientId !== undefined) budgets.push([boundedKey(clientKey(group, request.clientId)), limits.clientFailures]);
   return admit(limiter, inFlight, budgets, request.fetches, now);
 }
 
@@ -218,7 +218,7 @@ export function admitRequest(
  * (DESIGN.md §7): settle it `failed` or `kept` to count it, `done` to give it back.
  */
 export function admitAgainstAddress(limiter: FixedWindowLimiter, inFlight: RequestsInFlight, limits: Pick<FailureLimits, 'addressFailures'>, address: string, now: () => number): Promise<Admission> {
-  return Promise.resolve(admit(limiter, inFlight, [[addressKey(address), limits.addressFailures]], () => 0, now));
+  return Promise.resolve(admit(limiter, inFlight, [[addressKey(limitedAddress(address)), limits.addressFailures]], () => 0, now));
 }
 
 function admit(limiter: FixedWindowLimiter, inFlight: RequestsInFlight, budgets: readonly Budget[], fetches: () => number, now: () => number): Admission | Promise<Admission> {
@@ -312,5 +312,5 @@ export const countsAsFailure = (status: number): boolean => status >= 400 && sta
 
 /** Counts a refused request (4xx other than 429) that no admission counted (a malformed body, an unknown path) against its address. */
 export function countFailure(limiter: FixedWindowLimiter, inFlight: RequestsInFlight, limits: Pick<FailureLimits, 'addressFailures'>, address: string, status: number, now: number): void {
-  if (countsAsFailure(status)) countUsed(limiter, inFlight, [addressKey(address), limits.addressFailures], 1, now);
+  if (countsAsFailure(status)) countUsed(limiter, inFlight, [addressKey(limitedAddress(address)), limits.addressFailures], 1, now);
 }
