@@ -6,6 +6,7 @@
  * workers hold unused. Units only move (a grant to a worker, a release to the primary), so one window never has more
  * than max(limit, W) in flight or spent across the server. Windows are aligned to the clock, so every process agrees.
  */
+import { isRecord, isWholeNumber } from './message-shapes.js';
 import { makeRoom, MAX_ENTRIES } from './rate-limit.js';
 
 /** A worker asks the primary for `want` more units of `key`'s budget in `window`. */
@@ -47,24 +48,22 @@ export interface BudgetReleased {
 
 export type BudgetMessage = BudgetAsk | BudgetAnswer | BudgetRecall | BudgetReleased;
 
-const isRecord = (value: unknown): value is Record<string, unknown> => typeof value === 'object' && value !== null;
-const isCount = (value: unknown): value is number => typeof value === 'number' && Number.isSafeInteger(value) && value >= 0;
 /** Keys reach here bounded (rate-limit.ts boundedKey), so one longer than that is no key of ours. */
 const isKey = (value: unknown): value is string => typeof value === 'string' && value.length > 0 && value.length <= 256;
 
 export const isBudgetAsk = (message: unknown): message is BudgetAsk =>
-  isRecord(message) && message.pinpoint === 'budget-ask' && isCount(message.ask) && isKey(message.key) && isCount(message.limit) && isCount(message.window) && isCount(message.want);
+  isRecord(message) && message.pinpoint === 'budget-ask' && isWholeNumber(message.ask) && isKey(message.key) && isWholeNumber(message.limit) && isWholeNumber(message.window) && isWholeNumber(message.want);
 export const isBudgetAnswer = (message: unknown): message is BudgetAnswer =>
-  isRecord(message) && message.pinpoint === 'budget-answer' && isCount(message.ask) && isKey(message.key) && isCount(message.window) && isCount(message.units);
+  isRecord(message) && message.pinpoint === 'budget-answer' && isWholeNumber(message.ask) && isKey(message.key) && isWholeNumber(message.window) && isWholeNumber(message.units);
 export const isBudgetRecall = (message: unknown): message is BudgetRecall =>
-  isRecord(message) && message.pinpoint === 'budget-recall' && isCount(message.recall) && isKey(message.key) && isCount(message.limit) && isCount(message.window);
+  isRecord(message) && message.pinpoint === 'budget-recall' && isWholeNumber(message.recall) && isKey(message.key) && isWholeNumber(message.limit) && isWholeNumber(message.window);
 export const isBudgetReleased = (message: unknown): message is BudgetReleased =>
   isRecord(message) &&
   message.pinpoint === 'budget-released' &&
-  (message.recall === undefined || isCount(message.recall)) &&
+  (message.recall === undefined || isWholeNumber(message.recall)) &&
   isKey(message.key) &&
-  isCount(message.window) &&
-  isCount(message.units);
+  isWholeNumber(message.window) &&
+  isWholeNumber(message.units);
 
 /** What each of `workers` may hold of a budget of `limit` without asking: its share, one at least. */
 export const baseShare = (limit: number, workers: number): number => (workers <= 1 ? limit : Math.max(1, Math.floor(limit / workers)));

@@ -5,6 +5,7 @@
  * A worker that starts later (a restart, a reload) first takes a serving worker's live counts, then serves.
  */
 import type { Worker } from 'node:cluster';
+import { isRecord, isWholeNumber } from './message-shapes.js';
 import { workerBudgetLink, type BudgetAsk, type BudgetLink, type BudgetReleased } from './budget-shares.js';
 
 /** One replayed call: `method(...args)` on the limiter. */
@@ -51,9 +52,6 @@ export type HandoverMessage =
   | { readonly pinpoint: 'limits-asked'; readonly for: number }
   /** Each limiter's snapshot() by name, for worker `for`, from the worker with pid `giver` (none when no worker serves). */
   | { readonly pinpoint: 'limits'; readonly for: number; readonly giver?: number; readonly limiters: Readonly<Record<string, unknown>> };
-
-const isRecord = (value: unknown): value is Record<string, unknown> => typeof value === 'object' && value !== null;
-const isWholeNumber = (value: unknown): value is number => typeof value === 'number' && Number.isSafeInteger(value) && value >= 0;
 
 /** A replayed call as workerLink sends it: checked field by field, since it is applied to a live limiter. */
 export const isLimiterMessage = (message: unknown): message is LimiterMessage =>
