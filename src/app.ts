@@ -65,6 +65,7 @@ export async function buildApp(options: BuildAppOptions): Promise<{ app: Fastify
     metrics,
     isClientOrigin: (origin) => clients.isClientOrigin(origin),
     countFailure: (address, status) => countFailure(services.failures, services.inFlight, services.limits, address, status, services.now()),
+    requestTimeoutMs: services.limits.requestTimeoutMs,
   });
   await registerRoutes(app, services, store);
   return { app, ctx: services };

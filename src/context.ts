@@ -38,14 +38,18 @@ export interface AppLimits {
   readonly passwordWaitMs: number;
   /** Sign-ins that may wait for a hashing slot at once; more get 503 at once. Always passwordWaitingRoom of the slots. */
   readonly passwordChecksWaiting: number;
+  /** A request's headers and body must arrive within this: a sender that trickles them is answered 408 and closed. */
+  readonly requestTimeoutMs: number;
 }
 
 /** The limits the config file does not set (DESIGN.md §4, §11); its `limits` block, always filled, sets the others. */
-export const DEFAULT_LIMITS: Pick<AppLimits, 'failureWindowMs' | 'loginWindowMs' | 'userCodeWindowMs' | 'passwordWaitMs'> = {
+export const DEFAULT_LIMITS: Pick<AppLimits, 'failureWindowMs' | 'loginWindowMs' | 'userCodeWindowMs' | 'passwordWaitMs' | 'requestTimeoutMs'> = {
   failureWindowMs: 60_000,
   loginWindowMs: 15 * 60_000,
   userCodeWindowMs: 15 * 60_000,
   passwordWaitMs: DEFAULT_PASSWORD_WAIT_MS,
+  // Bodies are 64 KiB at most: 30 s is ample on a slow link, and bounds how long a stranger holds a connection open.
+  requestTimeoutMs: 30_000,
 };
 
 /** Verified access tokens remembered: about 1 KiB each, so at most about 10 MB. */

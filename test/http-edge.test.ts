@@ -89,6 +89,85 @@ describe('requests Node\'s HTTP parser refuses', () => {
   });
 });
 
+describe('a request that arrives too slowly: 408 and the connection closed, so a stranger cannot hold it open', () => {
+  const TIMEOUT_MS = 600;
+  const lines: Record<string, unknown>[] = [];
+  let t: TestApp;
+  let port: number;
+  const body = form([['grant_type', 'client_credentials'], ['client_id', 'service'], ['client_secret', SECRET], ['scope', 'read']]);
+  const tokenHead = `POST /token HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: ${body.length}\r\n\r\n`;
+  before(async () => {
+    const logger = pino({ level: 'info' }, { write: (line: string) => void lines.push(JSON.parse(line) as Record<string, unknown>) });
+    t = await testApp({ logger, limits: { requestTimeoutMs: TIMEOUT_MS } });
+    await t.app.listen({ host: '127.0.0.1', port: 0 });
+    port = (t.app.server.address() as { port: number }).port;
+  });
+  after(async () => t.app.close());
+
+  test('the default: headers and body within 30 s', async () => {
+    const { app } = await testApp();
+    try {
+      assert.equal(app.server.requestTimeout, 30_000);
+      assert.equal(app.server.headersTimeout, 30_000);
+    } finally {
+      await app.close();
+    }
+  });
+
+  test('a body that stops coming: the JSON contract answer at an API path, and one access line naming the request', async () => {
+    const answer = await exchange(port, raw(tokenHead, body.slice(0, 10)));
+    assert.match(answer, /^HTTP\/1\.1 408 Request Timeout\r\n/);
+    assert.match(answer, /\r\nConnection: close\r\n/i);
+    assert.match(answer, /\r\nContent-Type: application\/json/i);
+    const json = JSON.parse(answer.slice(answer.indexOf('\r\n\r\n') + 4)) as Record<string, unknown>;
+    assert.deepEqual(json, { error: 'invalid_request', error_description: 'the request took too long to arrive' });
+    const requestId = /\r\nX-Request-Id: ([0-9a-f-]{36})\r\n/i.exec(answer)?.[1];
+    const logged = lines.filter((line) => line.reqId === requestId);
+    assert.equal(logged.length, 1, JSON.stringify(lines));
+    assert.deepEqual([logged[0]?.method, logged[0]?.path, logged[0]?.status, logged[0]?.outcome], ['POST', '/token', 408, 'request_timeout']);
+    // The client closing after the answer is no second request: no more lines.
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    assert.equal(lines.filter((line) => line.status === 400).length, 0, JSON.stringify(lines));
+  });
+
+  test('a refusal that goes out before the body (415): no second answer when the body then stops coming, just the close', async () => {
+    const before = lines.length;
+    const answer = await exchange(port, raw('POST /token HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 50\r\n\r\ngrant'));
+    assert.deepEqual([...answer.matchAll(/HTTP\/1\.1 (\d{3})/g)].map((match) => match[1]), ['415'], answer);
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    assert.deepEqual(lines.slice(before).map((line) => line.status), [415], 'one access line, the 415 one');
+  });
+
+  test('headers that never end, and a connection that sends nothing: 408, closed', async () => {
+    for (const bytes of ['POST /token HTTP/1.1\r\nHost: 127.0.0.1\r\n', '']) {
+      const answer = await exchange(port, raw(bytes));
+      assert.match(answer, /^HTTP\/1\.1 408 Request Timeout\r\n[\s\S]*\r\nConnection: close\r\n/i, JSON.stringify(bytes));
+    }
+  });
+
+  test('a body sent in pieces within the time, then a keep-alive pause longer than it: both requests answered', async () => {
+    const answers = await new Promise<string>((resolve, reject) => {
+      const socket = connect(port, '127.0.0.1');
+      let received = '';
+      socket.on('error', reject);
+      socket.on('data', (chunk) => {
+        received += chunk.toString('utf8');
+        if ((received.match(/HTTP\/1\.1 /g) ?? []).length === 2 && received.endsWith('}')) {
+          socket.destroy();
+          resolve(received);
+        }
+      });
+      socket.write(tokenHead);
+      setTimeout(() => socket.write(body.slice(0, 20)), TIMEOUT_MS / 3);
+      setTimeout(() => socket.write(body.slice(20)), (2 * TIMEOUT_MS) / 3);
+      // Idle keep-alive time is keepAliveTimeout's, not the request's.
+      setTimeout(() => socket.write(tokenHead + body), TIMEOUT_MS * 3);
+    });
+    const statuses = [...answers.matchAll(/HTTP\/1\.1 (\d{3})/g)].map((match) => match[1]);
+    assert.deepEqual(statuses, ['200', '200'], answers);
+  });
+});
+
 describe('unknown paths', () => {
   let t: TestApp;
   before(async () => {

@@ -4,6 +4,7 @@
  */
 import cors, { type FastifyCorsOptions } from '@fastify/cors';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { pathOf } from './params.js';
 
 declare module 'fastify' {
   interface FastifyContextConfig {
@@ -73,7 +74,7 @@ export async function corsHook(app: FastifyInstance, basePath: string, isClientO
   const options: FastifyCorsOptions = {
     hook: 'onRequest',
     delegator: (request: FastifyRequest, callback: (error: Error | null, options?: FastifyCorsOptions) => void) => {
-      const policy = policyOf(request.url.split('?')[0] ?? '', basePath);
+      const policy = policyOf(pathOf(request.url), basePath);
       const origin = request.headers.origin;
       if (policy === undefined || origin === undefined) return callback(null, NO_CORS);
       if (policy === 'any') return callback(null, ANY_ORIGIN);

@@ -91,6 +91,12 @@ export function parseParams(text: string): Params {
 
 export const EMPTY_PARAMS: Params = new Map();
 
+/** A request URL without its query string (never logged), without splitting it. */
+export function pathOf(rawUrl: string): string {
+  const at = rawUrl.indexOf('?');
+  return at === -1 ? rawUrl : rawUrl.slice(0, at);
+}
+
 /** The query string of a raw request URL ("" when none). */
 export function queryOf(rawUrl: string): string {
   const at = rawUrl.indexOf('?');

@@ -9,10 +9,10 @@ import Fastify, { LogController, type FastifyInstance } from 'fastify';
 import type { Logger } from 'pino';
 import { bounded } from '../log.js';
 import { OAuthError } from '../policy/oauth-error.js';
-import { clientErrorHandler, isApiPath } from './client-error.js';
+import { clientErrorHandler, isApiPath, RequestsBeingReceived } from './client-error.js';
 import { corsHook } from './cors.js';
 import { requestRecorder, type Metrics } from './metrics.js';
-import { LIMITS, parseParams } from './params.js';
+import { LIMITS, parseParams, pathOf } from './params.js';
 import { proxyTrust, REQUEST_ID_SHAPE } from './proxies.js';
 import { sendErrorPage, sendJsonError, toOAuthError } from './render-error.js';
 
@@ -41,11 +41,14 @@ export interface TransportOptions {
   readonly isClientOrigin: (origin: string) => boolean;
   /** Counts a refused request against its address (a malformed request is a failure too, DESIGN.md §4). */
   readonly countFailure: (address: string, status: number) => void;
+  /** Headers and body must arrive within this (Node's requestTimeout and headersTimeout); then 408 and the socket closed. */
+  readonly requestTimeoutMs: number;
 }
 
 /** A Fastify instance with every cross-cutting part in place and no route yet. */
 export async function createTransport(options: TransportOptions): Promise<FastifyInstance> {
-  const app = createFastify(options);
+  const requests = new RequestsBeingReceived();
+  const app = createFastify(options, requests);
   app.decorateRequest('clientId', undefined);
   app.decorateRequest('outcome', undefined);
   app.decorateRequest('audit', undefined);
@@ -54,7 +57,7 @@ export async function createTransport(options: TransportOptions): Promise<Fastif
   // The body is a Params map; formbody types it as a record, hence the cast.
   await app.register(formbody, { parser: parseParams as unknown as (text: string) => Record<string, unknown>, bodyLimit: LIMITS.bodyBytes });
   addAccessLine(app, options.metrics);
-  await addRequestIdAndCors(app, options);
+  await addRequestIdAndCors(app, options, requests);
   // RFC 6797: an https issuer tells browsers to use nothing else for a year.
   if (options.baseUrl.startsWith('https:')) {
     app.addHook('onSend', async (_request, reply) => {
@@ -65,9 +68,16 @@ export async function createTransport(options: TransportOptions): Promise<Fastif
   return app;
 }
 
-function createFastify(options: TransportOptions): FastifyInstance {
+function createFastify(options: TransportOptions, requests: RequestsBeingReceived): FastifyInstance {
   const trusted = proxyTrust(options.trustedProxies);
+  // Fastify's default (0) lets a sender that trickles its body hold a connection forever; Node checks these every
+  // connectionsCheckingInterval, so a slow request ends between requestTimeout and a sixth more.
+  const timeouts = {
+    headersTimeout: options.requestTimeoutMs,
+    connectionsCheckingInterval: Math.max(100, Math.round(options.requestTimeoutMs / 6)),
+  };
   return Fastify({
+    requestTimeout: options.requestTimeoutMs,
     loggerInstance: options.logger,
     logController: new LogController({ disableRequestLogging: true }),
     bodyLimit: LIMITS.bodyBytes,
@@ -83,19 +93,20 @@ function createFastify(options: TransportOptions): FastifyInstance {
     // A closing server answers what already reached it (DESIGN.md §11: a draining worker refuses no request); new
     // connections go to the other workers, and each answer closes its connection.
     return503OnClosing: false,
-    clientErrorHandler: clientErrorHandler(options.basePath, options.logger),
-    ...(options.https ? { https: options.https } : {}),
+    clientErrorHandler: clientErrorHandler({
+      basePath: options.basePath,
+      log: options.logger,
+      requests,
+      trusted,
+      countFailure: options.countFailure,
+    }),
+    // node:https takes node:http's server options beside the TLS ones; Fastify hands `http` to node:http only.
+    ...(options.https ? { https: { ...options.https, ...timeouts } } : { http: timeouts }),
   }) as unknown as FastifyInstance;
 }
 
 /** The field that marks an access line as an audit line (DESIGN.md §10). */
 const AUDITED = { audit: true } as const;
-
-/** A request URL without its query string (never logged), without splitting it. */
-function pathOf(url: string): string {
-  const query = url.indexOf('?');
-  return query === -1 ? url : url.slice(0, query);
-}
 
 /**
  * One onResponse hook: the request metrics, then one access-log line per request, with chosen fields only
@@ -125,11 +136,13 @@ function addAccessLine(app: FastifyInstance, metrics: Metrics): void {
 
 /**
  * One onRequest hook, callback style (no promise per request): every answer names its request, so an operator can
- * find its log lines (DESIGN.md §10), and CORS runs for the requests that carry an Origin (cors.ts).
+ * find its log lines (DESIGN.md §10), CORS runs for the requests that carry an Origin (cors.ts), and a body too slow
+ * to arrive is answered for the path it was sent to (client-error.ts).
  */
-async function addRequestIdAndCors(app: FastifyInstance, options: TransportOptions): Promise<void> {
+async function addRequestIdAndCors(app: FastifyInstance, options: TransportOptions, requests: RequestsBeingReceived): Promise<void> {
   const cors = await corsHook(app, options.basePath, options.isClientOrigin);
   app.addHook('onRequest', (request, reply, done) => {
+    requests.started(reply.raw);
     reply.header('X-Request-Id', request.id);
     // What @fastify/cors sends without an Origin: the answer differs by Origin, so caches must key on it.
     if (request.headers.origin === undefined) {
@@ -149,7 +162,7 @@ function addErrorAnswers(app: FastifyInstance, options: TransportOptions): void 
     return sendJsonError(reply, oauthError);
   });
   app.setNotFoundHandler(async (request, reply) => {
-    const path = request.url.split('?')[0] ?? '';
+    const path = pathOf(request.url);
     // RFC 9110 §15.5.6: a path that exists under other methods answers 405 with the methods it has.
     const allowed = ROUTED_METHODS.filter((method) => app.hasRoute({ method, url: path }));
     if (allowed.length > 0) reply.header('Allow', allowed.join(', '));

@@ -6,6 +6,7 @@
  */
 import type { FastifyRequest } from 'fastify';
 import { verifyDpopProof, type DpopProof } from '../crypto/dpop.js';
+import { pathOf } from '../http/params.js';
 import { OAuthError } from '../policy/oauth-error.js';
 
 /** What checking a proof uses: the issuer (the URL a proof names is its origin and the path) and the clock. */
@@ -33,7 +34,7 @@ export async function proofOf(deps: DpopRequestDeps, request: FastifyRequest, ac
   if ('error' in header) throw invalidProof(header.error, status);
   if (header.value === undefined) return undefined;
   // The request's URL as the issuer sees it: the issuer's scheme, host and port, and the request's path.
-  const url = `${new URL(deps.issuer).origin}${request.url.split('?')[0] ?? ''}`;
+  const url = `${new URL(deps.issuer).origin}${pathOf(request.url)}`;
   const check = await verifyDpopProof(header.value, { method: request.method, url, now: deps.now(), ...(accessToken !== undefined && { accessToken }) });
   if (!check.ok) throw invalidProof(check.reason, status);
   return check.proof;
