@@ -3,22 +3,9 @@
  * by its own client revokes its grant also after the code's 60 s.
  */
 import assert from 'node:assert/strict';
-import { connect } from 'node:net';
 import { describe, test } from 'node:test';
+import { exchange } from './helpers/raw-http.js';
 import { basic, exchangeCode, form, postToken, refresh, SECRET, signInForCode, testApp, testConfig, webappAuthorizeUrl } from './helpers/app.js';
-
-/** Writes `text` on a new connection to 127.0.0.1:`port` and resolves with what came back once the server closed it. */
-function sendRaw(port: number, text: string): Promise<string> {
-  return new Promise((resolve, reject) => {
-    const socket = connect(port, '127.0.0.1');
-    let answer = '';
-    socket.setTimeout(8000, () => reject(new Error('the server neither answered nor closed')));
-    socket.on('data', (chunk) => (answer += chunk.toString('utf8')));
-    socket.on('error', reject);
-    socket.on('close', () => resolve(answer));
-    socket.write(text);
-  });
-}
 
 const CLIENT_CREDENTIALS = form([['grant_type', 'client_credentials'], ['client_id', 'service'], ['client_secret', SECRET]]);
 
@@ -61,8 +48,8 @@ describe('requests refused before Fastify sees them (Node\'s parser, a request t
     try {
       await t.app.listen({ host: '127.0.0.1', port: 0 });
       const port = (t.app.server.address() as { port: number }).port;
-      for (let i = 0; i < 2; i++) assert.match(await sendRaw(port, 'GET /jwks HTTP/1.1\r\nHost: x\r\nno header here\r\n\r\n'), /^HTTP\/1\.1 400 /);
-      assert.match(await sendRaw(port, 'POST /token HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: 50\r\n\r\ngrant'), /^HTTP\/1\.1 408 /);
+      for (let i = 0; i < 2; i++) assert.match(await exchange(port, 'GET /jwks HTTP/1.1\r\nHost: x\r\nno header here\r\n\r\n'), /^HTTP\/1\.1 400 /);
+      assert.match(await exchange(port, 'POST /token HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: 50\r\n\r\ngrant'), /^HTTP\/1\.1 408 /);
       const good = await fetch(`http://127.0.0.1:${port}/token`, { method: 'POST', headers: { 'content-type': 'application/x-www-form-urlencoded' }, body: CLIENT_CREDENTIALS });
       assert.equal(good.status, 429, await good.text());
     } finally {
@@ -76,7 +63,7 @@ describe('requests refused before Fastify sees them (Node\'s parser, a request t
     try {
       await t.app.listen({ host: '127.0.0.1', port: 0 });
       const port = (t.app.server.address() as { port: number }).port;
-      for (let i = 0; i < 5; i++) assert.match(await sendRaw(port, 'GET /jwks HTTP/1.1\r\nHost: x\r\nno header here\r\n\r\n'), /^HTTP\/1\.1 400 /);
+      for (let i = 0; i < 5; i++) assert.match(await exchange(port, 'GET /jwks HTTP/1.1\r\nHost: x\r\nno header here\r\n\r\n'), /^HTTP\/1\.1 400 /);
       const good = await fetch(`http://127.0.0.1:${port}/token`, {
         method: 'POST',
         headers: { 'content-type': 'application/x-www-form-urlencoded', 'x-forwarded-for': '203.0.113.7' },

@@ -4,23 +4,8 @@ import { connect } from 'node:net';
 import { after, before, describe, test } from 'node:test';
 import pino from 'pino';
 import { STORE_KINDS } from './helpers/databases.js';
+import { exchange } from './helpers/raw-http.js';
 import { appPerSuite, basic, cookieJar, form, hiddenInput, postToken, SECRET, testApp, type TestApp, webappAuthorizeUrl } from './helpers/app.js';
-
-/** Writes `bytes` on one keep-alive connection and collects everything until the server closes it; a reset rejects. */
-function exchange(port: number, bytes: Buffer): Promise<string> {
-  return new Promise((resolve, reject) => {
-    const socket = connect(port, '127.0.0.1');
-    const chunks: Buffer[] = [];
-    socket.setTimeout(8000, () => reject(new Error('the server neither answered nor closed')));
-    socket.on('data', (chunk) => chunks.push(chunk));
-    socket.on('error', reject);
-    socket.on('end', () => {
-      socket.end();
-      resolve(Buffer.concat(chunks).toString('utf8'));
-    });
-    socket.write(bytes);
-  });
-}
 
 const raw = (...parts: (string | number[])[]): Buffer => Buffer.concat(parts.map((part) => (typeof part === 'string' ? Buffer.from(part, 'latin1') : Buffer.from(part))));
 
