@@ -19,7 +19,7 @@ import { openStore } from '../src/store/open.js';
 import { registeredClientParams } from '../src/store/rows.js';
 import type { RegisteredClientRecord, Store } from '../src/store/types.js';
 import { createPostgresDatabase, POSTGRES_SKIP_REASON, POSTGRES_URL, STORE_KINDS } from './helpers/databases.js';
-import { appPerSuite, authorizeUrl, cookieJar, form, hiddenInput, PASSWORD, pkce, testApp, type TestApp, testConfig } from './helpers/app.js';
+import { appPerSuite, authorizeUrl, cookieJar, form, hiddenInput, PASSWORD, pkce, registerClient, testApp, type TestApp, testConfig } from './helpers/app.js';
 import { schemaAt } from './helpers/store-inspect.js';
 
 const MCP = 'https://mcp.example.org/mcp';
@@ -44,9 +44,7 @@ function dynamicConfig(): Promise<Config> {
 const REGISTRATION = { redirect_uris: [LOOPBACK, ELSEWHERE], client_name: 'Claude', client_uri: 'https://claude.ai', grant_types: ['authorization_code', 'refresh_token'] };
 
 async function register(app: FastifyInstance): Promise<string> {
-  const response = await app.inject({ method: 'POST', url: '/register', headers: { 'content-type': 'application/json' }, payload: JSON.stringify(REGISTRATION) });
-  assert.equal(response.statusCode, 201, response.body);
-  return response.json().client_id as string;
+  return (await registerClient(app, REGISTRATION)).clientId;
 }
 
 interface BrowserResult {

@@ -8,7 +8,7 @@ import { describe, test } from 'node:test';
 import type { FastifyInstance, LightMyRequestResponse } from 'fastify';
 import type { Config } from '../src/config/types.js';
 import { STORE_KINDS } from './helpers/databases.js';
-import { appPerSuite, authorizeUrl, basic, cookieJar, form, hiddenInput, PASSWORD, pkce, postToken, SECRET, type TestApp, testConfig } from './helpers/app.js';
+import { appPerSuite, authorizeUrl, basic, cookieJar, form, hiddenInput, PASSWORD, pkce, postToken, registerClient, SECRET, type TestApp, testConfig } from './helpers/app.js';
 
 const MCP = 'https://mcp.example.org/mcp';
 const CALLBACK = 'http://127.0.0.1:33418/callback';
@@ -28,12 +28,8 @@ const dynamicConfig = (): Promise<Config> =>
     },
   });
 
-async function register(app: FastifyInstance, body: Record<string, unknown>): Promise<{ clientId: string; secret?: string }> {
-  const response = await app.inject({ method: 'POST', url: '/register', headers: { 'content-type': 'application/json' }, payload: JSON.stringify({ redirect_uris: [CALLBACK], ...body }) });
-  assert.equal(response.statusCode, 201, response.body);
-  const { client_id: clientId, client_secret: secret } = response.json() as { client_id: string; client_secret?: string };
-  return { clientId, ...(secret !== undefined && { secret }) };
-}
+const register = (app: FastifyInstance, body: Record<string, unknown>): Promise<{ clientId: string; secret?: string }> =>
+  registerClient(app, { redirect_uris: [CALLBACK], ...body });
 
 /** /authorize -> sign-in -> consent (allow) -> the code at the client's redirect URI. */
 async function codeFor(app: FastifyInstance, clientId: string): Promise<{ code: string; verifier: string }> {

@@ -9,7 +9,7 @@ import type { FastifyInstance } from 'fastify';
 import fc from 'fast-check';
 import type { Config } from '../src/config/types.js';
 import { STORE_KINDS } from './helpers/databases.js';
-import { appPerSuite, AUDIENCE, basic, client, exchangeCode, REDIRECT, SECRET, signInForCode, testConfig } from './helpers/app.js';
+import { appPerSuite, AUDIENCE, basic, client, exchangeCode, REDIRECT, registerClient, SECRET, signInForCode, testConfig } from './helpers/app.js';
 
 const FORM = 'application/x-www-form-urlencoded';
 const API_PATHS = new Set(['/token', '/revoke', '/introspect', '/device_authorization', '/par', '/register']);
@@ -49,14 +49,11 @@ async function liveCredentials(app: FastifyInstance): Promise<Live> {
   const first = await signInForCode(app, { resources: ['https://api.example.org/'], scope: 'openid profile' });
   const tokens = (await exchangeCode(app, first, ['https://api.example.org/'])).json() as Record<string, string>;
   const unused = await signInForCode(app, {});
-  const registered = await app.inject({
-    method: 'POST',
-    url: '/register',
-    headers: { 'content-type': 'application/json' },
-    payload: { redirect_uris: ['http://127.0.0.1/cb'], grant_types: ['authorization_code', 'refresh_token'], token_endpoint_auth_method: 'client_secret_basic' },
+  const { clientId, secret: clientSecret } = await registerClient(app, {
+    redirect_uris: ['http://127.0.0.1/cb'],
+    grant_types: ['authorization_code', 'refresh_token'],
+    token_endpoint_auth_method: 'client_secret_basic',
   });
-  assert.equal(registered.statusCode, 201, registered.body);
-  const { client_id: clientId, client_secret: clientSecret } = registered.json() as Record<string, string>;
   const live = { ...tokens, code: unused.code, verifier: unused.verifier, clientId, clientSecret } as Record<string, string | undefined>;
   for (const name of LIVE_NAMES) assert.ok(live[name], `no ${name}`);
   return live as Live;

@@ -1,4 +1,5 @@
 /** Builds a Pinpoint app for tests (memory store unless told otherwise) and drives it like a browser/client. */
+import assert from 'node:assert/strict';
 import { createHash, randomBytes } from 'node:crypto';
 import { after, before } from 'node:test';
 import type { FastifyInstance, LightMyRequestResponse } from 'fastify';
@@ -292,6 +293,14 @@ export async function refresh(
     [['grant_type', 'refresh_token'], ['refresh_token', refreshToken], ...resources.map((r) => ['resource', r] as [string, string]), ...extra],
     auth,
   );
+}
+
+/** POST /register (RFC 7591) with `metadata` as JSON; asserts 201 and returns the client's id and secret (if given one). */
+export async function registerClient(app: FastifyInstance, metadata: Record<string, unknown>): Promise<{ clientId: string; secret?: string }> {
+  const response = await app.inject({ method: 'POST', url: '/register', headers: { 'content-type': 'application/json' }, payload: JSON.stringify(metadata) });
+  assert.equal(response.statusCode, 201, response.body);
+  const { client_id: clientId, client_secret: secret } = response.json() as { client_id: string; client_secret?: string };
+  return { clientId, ...(secret !== undefined && { secret }) };
 }
 
 /** The payload of a JWT without verifying it (tests verify separately where it matters). */
