@@ -29,17 +29,23 @@ export interface SpawnOptions {
   readonly nodeOptions?: readonly string[];
   /** Modules loaded with --import after tsx (so they may be TypeScript), e.g. a module-resolution hook. */
   readonly imports?: readonly string[];
+  /** A command node runs under, with its arguments (valgrind for --instructions); it must keep node's pid. */
+  readonly wrapper?: readonly string[];
 }
 
-/** The command and its arguments that run node with `nodeArgs` on `cores` (anywhere when undefined: no taskset). */
-export function nodeOnCores(cores: Cores | undefined, nodeArgs: readonly string[]): [string, string[]] {
-  return cores === undefined ? [process.execPath, [...nodeArgs]] : ['taskset', ['-c', coreList(cores), process.execPath, ...nodeArgs]];
+/**
+ * The command and its arguments that run node with `nodeArgs` on `cores` (anywhere when undefined: no taskset), under
+ * `wrapper` when one is given.
+ */
+export function nodeOnCores(cores: Cores | undefined, nodeArgs: readonly string[], wrapper: readonly string[] = []): [string, string[]] {
+  const node = [...wrapper, process.execPath, ...nodeArgs];
+  return cores === undefined ? [node[0] as string, node.slice(1)] : ['taskset', ['-c', coreList(cores), ...node]];
 }
 
 function spawnNode(options: SpawnOptions, ipc: boolean, pipeStdout = false): ChildProcess {
   const imports = (options.imports ?? []).flatMap((module) => ['--import', module]);
   const nodeArgs = [...(options.nodeOptions ?? []), '--import', 'tsx', ...imports, options.script, ...(options.args ?? [])];
-  const [command, argv] = nodeOnCores(options.core, nodeArgs);
+  const [command, argv] = nodeOnCores(options.core, nodeArgs, options.wrapper);
   const out = pipeStdout ? 'pipe' : options.stdout === undefined ? 'inherit' : openSync(options.stdout, 'a');
   const err = options.stderr === undefined ? 'inherit' : openSync(options.stderr, 'a');
   // taskset execs node in place, so the pid is node's and the IPC channel (fd 3) passes through.

@@ -28,6 +28,8 @@ export interface Row {
   readonly server: string;
   /** Responses per second over all measured segments. */
   readonly rate: number;
+  /** Responses over all measured segments. */
+  readonly responses?: number;
   readonly segmentRates: readonly number[];
   /** Milliseconds, over every measured response. */
   readonly p50: number;

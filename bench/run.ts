@@ -13,6 +13,13 @@
  *                                     prints every thread's CPU per request from /proc, kernel time apart; --no-v8 leaves the
  *                                     V8 profiler off and prints only those figures (and perf's): the profiler slows servers
  *                                     unevenly, so only --no-v8 figures compare two servers' CPU per request)
+ *   npm run bench -- --instructions CASE  the --target server (default Pinpoint on SQLite) under CASE at c=16 inside valgrind's
+ *                                     callgrind: instructions per request over the measured segments, per thread, and the
+ *                                     main thread's heaviest functions; --against TARGET counts a second server the same way
+ *                                     (--target baseline: the build --baseline DIR names), then where the two differ, by
+ *                                     function. Counted, not timed: the machine's other load does not move the counts, though
+ *                                     one build's main-thread count still moves about ±2.5 % between runs (when V8 optimises,
+ *                                     when GC runs) and its background threads' more; kernel time is not in them
  *   npm run bench -- --keep           keep the temp folder (databases, access logs, pools, profiles)
  *   npm run bench -- --only A,B       only these cases (names as in the table, `scale`, `postgres`, `v0.2.0`, `workers`, `storm` or
  *                                     `write-lock`: how long a refresh holds SQLite's write lock, bench/write-lock.ts); no RESULTS.md
@@ -53,9 +60,9 @@
  *   summed over its processes (sampled from /proc).
  */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { mkdtemp, readFile, rm, stat, unlink } from 'node:fs/promises';
+import { mkdtemp, readdir, readFile, rm, stat, unlink } from 'node:fs/promises';
 import { cpus, loadavg, tmpdir } from 'node:os';
-import { dirname, isAbsolute, join } from 'node:path';
+import { basename, dirname, isAbsolute, join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
 import { API, AUDIENCE, DOWNSTREAM, EXCHANGE_BASIC_AUTH, EXCHANGE_CLIENT_ID, SCOPE, startNodeFlags, tasksetAvailable, type PoolKind } from './common.js';
@@ -84,6 +91,7 @@ import {
 } from './processes.js';
 import { prepareRelease, RELEASE, type PreparedRelease } from './release.js';
 import type { StormMeasurement } from './storm.js';
+import { comparisonLines, countedInstructions, functionCosts, instructionLines, readPerfMap, type CountedRun } from './instructions.js';
 import { compareProfiles, summariseProfile, threadCpuLines, type ProfiledRun } from './profile.js';
 import {
   baselineLines,
@@ -117,6 +125,7 @@ const { values: options } = parseArgs({
     smoke: { type: 'boolean', default: false },
     keep: { type: 'boolean', default: false },
     profile: { type: 'string' },
+    instructions: { type: 'string' },
     target: { type: 'string', default: 'pinpoint-sqlite' },
     against: { type: 'string' },
     only: { type: 'string' },
@@ -140,10 +149,18 @@ if (!Number.isInteger(rounds) || rounds < 1) throw new Error(`--rounds takes a w
 // RESULTS.md holds full runs only: every case, both concurrencies, the default rounds, no extra server.
 const partial = only !== undefined || options.connections !== undefined || options.variant !== undefined || options.baseline !== undefined || rounds !== 2;
 
+/** --instructions: seconds of warm-up under valgrind (about 2,000 requests at its pace) before counting starts. */
+const INSTRUCTIONS_WARMUP_SECONDS = 40;
+/** --instructions: the rate to size a server's first pool of tokens by, under valgrind (its warm-up then measures it). */
+const INSTRUCTIONS_EXPECTED_RATE = 400;
+
 /** Seconds: warm-up per server and case, one measured segment, and the segment order per case. */
 const timing = smoke
   ? { warmup: 0, segment: 1, order: <T>(servers: readonly T[]): T[] => [...servers] }
-  : {
+  : options.instructions !== undefined
+    ? // Under valgrind a server answers about 50 times slower: a longer warm-up lets V8 optimise what it runs most.
+      { warmup: INSTRUCTIONS_WARMUP_SECONDS, segment: 10, order: <T>(servers: readonly T[]): T[] => [...servers, ...servers] }
+    : {
       warmup: 2,
       segment: 2.5,
       // A B C C B A A B C C B A (--rounds 2, the default): 4 segments of 2.5 s = 10 s measured per server.
@@ -246,7 +263,7 @@ async function startServer(
   name: ServerName,
   script: string,
   env: Record<string, string> = {},
-  extra: { nodeOptions?: readonly string[]; imports?: readonly string[]; onCore?: number } = {},
+  extra: { nodeOptions?: readonly string[]; imports?: readonly string[]; onCore?: number; wrapper?: readonly string[] } = {},
 ): Promise<Server> {
   const peer = new Peer<Ready>(name, {
     script: isAbsolute(script) ? script : join(here, script),
@@ -257,6 +274,7 @@ async function startServer(
     // Every server gets the node flags Pinpoint ships with: the ratios compare code, not runtime settings.
     nodeOptions: [...shippedNodeFlags, ...(extra.nodeOptions ?? [])],
     imports: extra.imports ?? [],
+    ...(extra.wrapper === undefined ? {} : { wrapper: extra.wrapper }),
   });
   let ready: Ready;
   try {
@@ -518,6 +536,7 @@ async function runCase(
       connections,
       server: participant.label,
       rate: tally.responses / tally.seconds,
+      responses: tally.responses,
       segmentRates: tally.segmentRates,
       p50: latency.p50,
       p99: latency.p99,
@@ -627,35 +646,44 @@ function postgresLeg(caseName: CaseName | CostCaseName, server: Server, pool: st
 }
 
 /** The server `--target` names; pinpoint-postgres runs on a database of this run's own. */
-async function startTarget(target: string | undefined, nodeOptions: readonly string[]): Promise<{ server: Server; database?: BenchDatabase }> {
+async function startTarget(
+  target: string | undefined,
+  nodeOptions: readonly string[],
+  wrapper?: readonly string[],
+): Promise<{ server: Server; database?: BenchDatabase }> {
   // A file per target: with --against, the second server (v0.2.0 among them) must not open the first one's.
   const sqliteFile = join(temp, `${target}.db`);
+  const extra = { nodeOptions, ...(wrapper === undefined ? {} : { wrapper }) };
   switch (target) {
     case 'oidc-provider':
-      return { server: await startServer('oidc-provider', 'oidc-server.ts', {}, { nodeOptions }) };
+      return { server: await startServer('oidc-provider', 'oidc-server.ts', {}, extra) };
     // The fastify+jose floor, to set its profile beside Pinpoint's (client_credentials only: its /jose route).
     case 'floor':
-      return { server: await startServer('floor', 'floor-server.ts', {}, { nodeOptions }) };
+      return { server: await startServer('floor', 'floor-server.ts', {}, extra) };
     case 'pinpoint-memory':
-      return { server: await startServer('pinpoint-memory', 'pinpoint-server.ts', pinpointEnv('memory'), { nodeOptions }) };
+      return { server: await startServer('pinpoint-memory', 'pinpoint-server.ts', pinpointEnv('memory'), extra) };
     case 'pinpoint-sqlite':
-      return { server: await startServer('pinpoint-sqlite', 'pinpoint-server.ts', pinpointEnv('sqlite', sqliteFile), { nodeOptions }) };
+      return { server: await startServer('pinpoint-sqlite', 'pinpoint-server.ts', pinpointEnv('sqlite', sqliteFile), extra) };
     // The two sides of the "baseline ... (same signing)" lines, to profile each alone under the same load.
     case 'pinpoint-same-signing':
-      return { server: await startServer('release-same-signing', 'pinpoint-server.ts', pinpointEnv('sqlite', sqliteFile), { nodeOptions, imports: [LEGACY_SIGNING_HOOK] }) };
+      return { server: await startServer('release-same-signing', 'pinpoint-server.ts', pinpointEnv('sqlite', sqliteFile), { ...extra, imports: [LEGACY_SIGNING_HOOK] }) };
     case 'v0.2.0':
-      return { server: await startServer('release-v0.2.0', (await prepareRelease(log)).server, pinpointEnv('sqlite', sqliteFile), { nodeOptions }) };
+      return { server: await startServer('release-v0.2.0', (await prepareRelease(log)).server, pinpointEnv('sqlite', sqliteFile), extra) };
+    // --baseline DIR: another checkout's build, as the A/B runs it.
+    case 'baseline':
+      if (options.baseline === undefined) throw new Error('--target baseline needs --baseline DIR');
+      return { server: await startServer('pinpoint-baseline', 'pinpoint-server.ts', { ...pinpointEnv('sqlite', sqliteFile), BENCH_PINPOINT_DIST: options.baseline }, extra) };
     case 'pinpoint-postgres': {
       const database = await createBenchDatabase();
       try {
-        return { server: await startServer('postgres-a', 'pinpoint-server.ts', postgresEnv(database.url), { nodeOptions }), database };
+        return { server: await startServer('postgres-a', 'pinpoint-server.ts', postgresEnv(database.url), extra), database };
       } catch (error) {
         await database.drop();
         throw error;
       }
     }
     default:
-      throw new Error('--target takes one of pinpoint-sqlite, pinpoint-same-signing, v0.2.0, pinpoint-memory, pinpoint-postgres, oidc-provider, floor');
+      throw new Error('--target takes one of pinpoint-sqlite, pinpoint-same-signing, v0.2.0, baseline, pinpoint-memory, pinpoint-postgres, oidc-provider, floor');
   }
 }
 
@@ -709,6 +737,45 @@ async function profileRun(caseName: CaseName | CostCaseName, target: string | un
     // Stopped, so a second profiled server (--against) runs alone.
     await stopAll([server]);
     await database?.drop();
+  }
+}
+
+/**
+ * One server under one case at c=16 inside valgrind's callgrind, counting instructions over the measured segments only
+ * (warmed up first with counting off), per thread, and the main thread's by function (JavaScript named from the map
+ * --perf-basic-prof writes). The counts do not move with the machine's other load, unlike seconds; see --instructions.
+ */
+async function instructionsRun(caseName: CaseName | CostCaseName, target: string | undefined): Promise<CountedRun> {
+  const out = join(temp, `callgrind-${target ?? 'pinpoint-sqlite'}-${caseName}.out`);
+  if (spawnSync('valgrind', ['--version']).status !== 0) throw new Error('--instructions needs valgrind (Debian package valgrind)');
+  const wrapper = ['valgrind', '--tool=callgrind', '--instr-atstart=no', '--separate-threads=yes', `--callgrind-out-file=${out}`];
+  // The map of what V8 compiled, so the counts of JavaScript get its functions' names.
+  const { server, database } = await startTarget(target, ['--perf-basic-prof'], wrapper);
+  const perfMap = `/tmp/perf-${server.peer.pid}.map`;
+  const control = (...args: string[]): void => {
+    const result = spawnSync('callgrind_control', [...args, String(server.peer.pid)], { encoding: 'utf8' });
+    if (result.status !== 0) throw new Error(`callgrind_control ${args.join(' ')}: ${result.stderr || result.stdout}`);
+  };
+  try {
+    const plain = server.name === 'floor' ? floorLeg(server) : database === undefined ? legFor(caseName, server) : postgresLeg(caseName, server, `${server.name}:${caseName}`);
+    const leg = plain.pool === undefined ? plain : { ...plain, pool: { ...plain.pool, expectedRate: INSTRUCTIONS_EXPECTED_RATE } };
+    const participant = single(server.name, leg);
+    await ensurePool(leg, `${participant.label}|${server.name}`, 16, timing.warmup + timing.segment * timing.order([0]).length, `${caseName}|c16`);
+    const rows = await runCase(caseName, 16, [participant], async () => control('--instr=on'));
+    control('--dump');
+    const prefix = `${basename(out)}.`;
+    const dumps = (await readdir(temp)).filter((name) => name.startsWith(prefix)).sort();
+    const threads = await Promise.all(
+      dumps.map(async (name) => ({ thread: Number(/-(\d+)$/.exec(name)?.[1] ?? 1), instructions: await countedInstructions(join(temp, name)) })),
+    );
+    const mainDump = dumps.find((name) => /-0*1$/.test(name));
+    const functions = mainDump === undefined ? new Map<string, number>() : functionCosts(join(temp, mainDump), await readPerfMap(perfMap));
+    for (const row of rows) log(`  ${row.server}: ${row.rate.toFixed(0)} req/s under callgrind, ${row.errors} errors`);
+    return { label: server.name, responses: rows[0]?.responses ?? 0, threads: threads.sort((a, b) => a.thread - b.thread), functions };
+  } finally {
+    await stopAll([server]);
+    await database?.drop();
+    await rm(perfMap, { force: true });
   }
 }
 
@@ -993,6 +1060,17 @@ async function main(): Promise<number> {
     return 0;
   }
 
+  if (options.instructions !== undefined) {
+    const countable: readonly string[] = [...CASES, ...COST_CASES];
+    if (!countable.includes(options.instructions)) throw new Error(`--instructions takes one of ${countable.join(', ')}`);
+    const first = await instructionsRun(options.instructions as CaseName | CostCaseName, options.target);
+    for (const line of instructionLines(first)) log(line);
+    if (options.against !== undefined) {
+      const second = await instructionsRun(options.instructions as CaseName | CostCaseName, options.against);
+      for (const line of [...instructionLines(second), '', ...comparisonLines(first, second)]) log(line);
+    }
+    return 0;
+  }
   if (options.baseline !== undefined) return baselineRun(options.baseline);
   const rows = [...CASES, ...COST_CASES].some(selected) ? await runCases() : [];
   // A part that breaks off is reported on its lines (and fails the run) without losing the figures of the others.
