@@ -65,11 +65,15 @@ function shortName(name: string): string {
  * `map`, the rest as callgrind names them (node's builtins and C++, libc, better-sqlite3).
  */
 export function functionCosts(dump: string, map: CodeMap): Map<string, number> {
-  const annotated = spawnSync('callgrind_annotate', ['--threshold=100', dump], { encoding: 'utf8', maxBuffer: 256 * 1024 * 1024 });
+  // --auto=no: no annotated source after the table, whose lines have the table's shape.
+  const annotated = spawnSync('callgrind_annotate', ['--threshold=100', '--auto=no', dump], { encoding: 'utf8', maxBuffer: 256 * 1024 * 1024 });
   const costs = new Map<string, number>();
-  for (const line of annotated.stdout.split('\n')) {
+  const lines = annotated.stdout.split('\n');
+  const table = lines.findIndex((line) => /\bfile:function\s*$/.test(line));
+  if (table < 0) return costs;
+  for (const line of lines.slice(table + 1)) {
     const match = /^\s*([\d,]+) \([ \d.]+%\)\s+(.*)$/.exec(line);
-    if (match === null || (match[2] as string).startsWith('PROGRAM TOTALS')) continue;
+    if (match === null) continue;
     const count = Number((match[1] as string).replaceAll(',', ''));
     const where = match[2] as string;
     const unknown = /^\?\?\?:0x([0-9a-f]+) \[\?\?\?\]$/i.exec(where);
