@@ -60,7 +60,7 @@
  *   summed over its processes (sampled from /proc).
  */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { mkdtemp, readdir, readFile, rm, stat, unlink } from 'node:fs/promises';
+import { mkdtemp, readdir, readFile, rename, rm, stat, unlink } from 'node:fs/promises';
 import { cpus, loadavg, tmpdir } from 'node:os';
 import { basename, dirname, isAbsolute, join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
@@ -775,7 +775,8 @@ async function instructionsRun(caseName: CaseName | CostCaseName, target: string
   } finally {
     await stopAll([server]);
     await database?.drop();
-    await rm(perfMap, { force: true });
+    // Kept beside the dumps (--keep) for callgrind_annotate --tree=caller, whose callers are addresses.
+    await rename(perfMap, join(temp, `${basename(out)}-perf.map`)).catch(() => rm(perfMap, { force: true }));
   }
 }
 
