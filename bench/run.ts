@@ -19,7 +19,10 @@
  *                                     (--target baseline: the build --baseline DIR names), then where the two differ, by
  *                                     function. Counted, not timed: the machine's other load does not move the counts, though
  *                                     one build's main-thread count still moves about ±2.5 % between runs (when V8 optimises,
- *                                     when GC runs) and its background threads' more; kernel time is not in them
+ *                                     when GC runs) and its background threads' more; kernel time is not in them.
+ *                                     BENCH_CALLGRIND_EXTRA passes more callgrind options, e.g. "--separate-callers6=*JsonStringify*"
+ *                                     to see with --keep and callgrind_annotate --inclusive=yes who calls a function (its
+ *                                     JIT callers are addresses; the dumps' -perf.map beside them names them)
  *   npm run bench -- --keep           keep the temp folder (databases, access logs, pools, profiles)
  *   npm run bench -- --only A,B       only these cases (names as in the table, `scale`, `postgres`, `v0.2.0`, `workers`, `storm` or
  *                                     `write-lock`: how long a refresh holds SQLite's write lock, bench/write-lock.ts); no RESULTS.md
@@ -748,7 +751,8 @@ async function profileRun(caseName: CaseName | CostCaseName, target: string | un
 async function instructionsRun(caseName: CaseName | CostCaseName, target: string | undefined): Promise<CountedRun> {
   const out = join(temp, `callgrind-${target ?? 'pinpoint-sqlite'}-${caseName}.out`);
   if (spawnSync('valgrind', ['--version']).status !== 0) throw new Error('--instructions needs valgrind (Debian package valgrind)');
-  const wrapper = ['valgrind', '--tool=callgrind', '--instr-atstart=no', '--separate-threads=yes', `--callgrind-out-file=${out}`];
+  const extra = (process.env.BENCH_CALLGRIND_EXTRA ?? '').split(' ').filter((option) => option !== '');
+  const wrapper = ['valgrind', '--tool=callgrind', '--instr-atstart=no', '--separate-threads=yes', ...extra, `--callgrind-out-file=${out}`];
   // The map of what V8 compiled, so the counts of JavaScript get its functions' names.
   const { server, database } = await startTarget(target, ['--perf-basic-prof'], wrapper);
   const perfMap = `/tmp/perf-${server.peer.pid}.map`;
