@@ -93,8 +93,8 @@ interface Prepared {
 
 /**
  * Rows of a raw reader as objects keyed by column name, as better-sqlite3 would give them (a later column of the same
- * name wins). Built here because better-sqlite3 sets each property through V8's API, which counted 1,600 instructions a
- * column (26,000 for a refresh token's row); this loop costs a tenth of it.
+ * name wins). Built here because better-sqlite3 sets each property through V8's API, at 1,600 instructions a column:
+ * this loop saved 7,800 instructions a refresh (bench --instructions) and 1.5 µs a 16-column row.
  */
 function rowsOf<R>(columns: readonly string[], raw: readonly (readonly unknown[])[]): R[] {
   return raw.map((values) => {
