@@ -59,20 +59,40 @@ const OPTIONS = {
 
 /**
  * `keys retire KID` and `grants revoke ID`: an identifier may begin with `-`, as one key in 64 does (a JWK thumbprint
- * is base64url). The words parseArgs reads as options we do not have go after a `--`, where it takes them as they are.
+ * is base64url). Every word up to a `--` that is not one of our options (nor an option's value) goes after a `--`,
+ * where parseArgs takes it as it is. The words are read here, not by parseArgs' tokens: it splits `-N7X-f` into one
+ * option per letter and reads its inner `-` as a `--`, so such a key would be a usage error.
  */
 function identifierAsPositional(command: string | undefined, rest: readonly string[]): readonly string[] {
   const subcommand = rest[0];
   const takesIdentifier = (command === 'keys' && subcommand === 'retire') || (command === 'grants' && subcommand === 'revoke');
   if (!takesIdentifier) return rest;
-  const { tokens } = parseArgs({ args: [...rest], options: OPTIONS, strict: false, allowPositionals: true, tokens: true });
-  // One word can be several tokens (`-Ab3` is -A, -b and -3), all at its index; `-cAb3` is an identifier, not -c Ab3.
-  const identifier = (token: (typeof tokens)[number]): boolean =>
-    token.kind === 'option' && (!Object.hasOwn(OPTIONS, token.name) || (token.inlineValue === true && token.rawName.length === 2));
-  const moved = new Set(tokens.flatMap((token) => (identifier(token) ? [token.index] : [])));
+  const moved = new Set<number>();
+  let ended = false;
+  for (let index = 1; index < rest.length; index += 1) {
+    const word = rest[index] as string;
+    if (word === '--') {
+      ended = true;
+      break;
+    }
+    if (!word.startsWith('-') || word === '-') continue;
+    const option = optionNamed(word);
+    if (option === undefined) moved.add(index);
+    // `--config FILE`, `-c FILE`: the next word is the value, whatever it looks like.
+    else if (option.type === 'string' && !word.includes('=')) index += 1;
+  }
   if (moved.size === 0) return rest;
-  const ended = tokens.some((token) => token.kind === 'option-terminator');
   return [...rest.filter((_, index) => !moved.has(index)), ...(ended ? [] : ['--']), ...[...moved].map((index) => rest[index] as string)];
+}
+
+/** The option `word` names exactly (`--name`, `--name=value`, or a short `-c`), or undefined: `-cAb3` is no option here. */
+function optionNamed(word: string): (typeof OPTIONS)[keyof typeof OPTIONS] | undefined {
+  if (word.startsWith('--')) {
+    const name = word.slice(2).split('=')[0] as string;
+    return Object.hasOwn(OPTIONS, name) ? OPTIONS[name as keyof typeof OPTIONS] : undefined;
+  }
+  if (word.length !== 2) return undefined;
+  return Object.values(OPTIONS).find((option) => 'short' in option && option.short === word[1]);
 }
 
 async function main(argv: readonly string[]): Promise<number> {
