@@ -690,15 +690,18 @@ async function startTarget(
   }
 }
 
+/** The leg of a server startTarget started: the floor's own route, or the case on Pinpoint's store. */
+function targetLeg(caseName: CaseName | CostCaseName, server: Server, database: BenchDatabase | undefined): Leg {
+  if (server.name === 'floor') return floorLeg(server);
+  return database === undefined ? legFor(caseName, server) : postgresLeg(caseName, server, `${server.name}:${caseName}`);
+}
+
 /** One server under one case at c=16, with the V8 profiler (and perf) on for the measured segments only (no seeding, no warm-up). */
 async function profileRun(caseName: CaseName | CostCaseName, target: string | undefined): Promise<ProfiledRun> {
   const nodeOptions = options.perf ? ['--perf-basic-prof-only-functions'] : [];
   const { server, database } = await startTarget(target, nodeOptions);
   try {
-    const leg =
-      server.name === 'floor' ? floorLeg(server)
-      : database === undefined ? legFor(caseName, server)
-      : postgresLeg(caseName, server, `${server.name}:${caseName}`);
+    const leg = targetLeg(caseName, server, database);
     const participant = single(server.name, leg);
     // Every token the run needs is created before the profiler starts.
     await ensurePool(leg, `${participant.label}|${server.name}`, 16, timing.warmup + timing.segment * timing.order([0]).length, `${caseName}|c16`);
@@ -761,7 +764,7 @@ async function instructionsRun(caseName: CaseName | CostCaseName, target: string
     if (result.status !== 0) throw new Error(`callgrind_control ${args.join(' ')}: ${result.stderr || result.stdout}`);
   };
   try {
-    const plain = server.name === 'floor' ? floorLeg(server) : database === undefined ? legFor(caseName, server) : postgresLeg(caseName, server, `${server.name}:${caseName}`);
+    const plain = targetLeg(caseName, server, database);
     const leg = plain.pool === undefined ? plain : { ...plain, pool: { ...plain.pool, expectedRate: INSTRUCTIONS_EXPECTED_RATE } };
     const participant = single(server.name, leg);
     await ensurePool(leg, `${participant.label}|${server.name}`, 16, timing.warmup + timing.segment * timing.order([0]).length, `${caseName}|c16`);
