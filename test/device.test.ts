@@ -336,6 +336,19 @@ describe('device flow through the /device pages', () => {
     assert.equal((await t.store.findByDeviceCode(digestOf(deviceCode)))?.status, 'redeemed');
   });
 
+  test('offline_access (DESIGN.md §9): taken from a device client that gets refresh tokens, kept by its refreshes; refused from one that does not', async () => {
+    const { deviceCode, userCode } = await startDevice(t.app, 'tv', 'openid offline_access');
+    await decideThroughPages(t.app, userCode, 'approve');
+    t.advance(5);
+    const tokens = await poll(t.app, deviceCode);
+    assert.equal(tokens.statusCode, 200, tokens.body);
+    assert.equal(tokens.json().scope, 'openid offline_access');
+    const sentBack = await postPublic(t.app, [['grant_type', 'refresh_token'], ['client_id', 'tv'], ['refresh_token', tokens.json().refresh_token], ['scope', 'openid offline_access']]);
+    assert.equal(sentBack.statusCode, 200, sentBack.body);
+    assert.equal(sentBack.json().scope, 'openid offline_access');
+    assertError(await authorizeDevice(t.app, [['client_id', 'console'], ['scope', 'openid offline_access']]), 400, 'invalid_scope');
+  });
+
   test('deny -> access_denied', async () => {
     const { deviceCode, userCode } = await startDevice(t.app);
     const done = await decideThroughPages(t.app, userCode, 'deny');

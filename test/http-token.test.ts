@@ -325,6 +325,17 @@ describe('/token refresh_token', () => {
     assertOk(await refresh(t.app, token, [], [['scope', 'openid email']]));
   });
 
+  test('offline_access (DESIGN.md §9) stays in the grant: a refresh may send it back, and one without scope carries it', async () => {
+    const token = await refreshTokenFor([API], 'openid profile offline_access');
+    const sentBack = assertOk(await refresh(t.app, token, [], [['scope', 'openid profile offline_access']]));
+    assert.equal(sentBack.scope, 'openid profile offline_access');
+    assert.equal(claimsOf(sentBack.access_token).scope, 'openid profile offline_access');
+    const alone = assertOk(await refresh(t.app, sentBack.refresh_token as string, [], [['scope', 'offline_access']]));
+    assert.equal(alone.scope, 'offline_access');
+    const whole = assertOk(await refresh(t.app, alone.refresh_token as string));
+    assert.equal(whole.scope, 'openid profile offline_access');
+  });
+
   test('a refresh does not issue an ID token', async () => {
     const token = await refreshTokenFor([API]);
     assert.equal(assertOk(await refresh(t.app, token)).id_token, undefined);

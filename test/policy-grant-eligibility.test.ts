@@ -3,6 +3,7 @@ import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 
 import {
+  askableScopes,
   DEVICE_CODE_GRANT,
   TOKEN_EXCHANGE_GRANT,
   grantRefusal,
@@ -11,7 +12,7 @@ import {
   type GrantEligibleClient,
   type TokenGrantType,
 } from '../src/policy/grant-eligibility.js';
-import { checkCodeExchangeRequest, checkDevicePollRequest, checkRefreshRequest, decideClientCredentials, type PolicyClient } from '../src/policy/token-requests.js';
+import { checkCodeExchangeRequest, checkDevicePollRequest, checkRefreshRequest, decideClientCredentials, narrowGrant, type PolicyClient } from '../src/policy/token-requests.js';
 
 const ALL_GRANTS: readonly TokenGrantType[] = ['authorization_code', 'refresh_token', 'client_credentials', DEVICE_CODE_GRANT, TOKEN_EXCHANGE_GRANT];
 const HOUR = 3_600_000;
@@ -121,5 +122,28 @@ describe("each grant's check asks grant eligibility", () => {
   test('the code exchange of a registered client passes the eligibility check', () => {
     const decision = checkCodeExchangeRequest(registered, [], { code: 'c', redirectUri: CALLBACK[0] as string, verifier: 'v'.repeat(43) });
     assert.equal(decision.ok, true);
+  });
+});
+
+describe('offline_access (DESIGN.md §9): askable by clients that get refresh tokens, and kept only while they do', () => {
+  const webapp: PolicyClient = { clientId: 'webapp', kind: 'confidential', audience: ['https://api.example.org/'], redirectUris: CALLBACK, scopes: ['openid', 'profile'], refreshLifetimeMs: HOUR };
+  const issuer = 'https://auth.example.org';
+  const grant = { id: 'g1', clientId: 'webapp', scope: ['openid', 'offline_access'], resources: ['https://api.example.org/'] };
+
+  test('askable: the client\'s scopes, plus offline_access only with refresh tokens (a dynamic one that did not register refresh_token gets none)', () => {
+    assert.deepEqual(askableScopes(webapp), ['openid', 'profile', 'offline_access']);
+    assert.deepEqual(askableScopes({ ...webapp, refreshLifetimeMs: undefined }), ['openid', 'profile']);
+    assert.deepEqual(askableScopes({ ...webapp, dynamic: { grantTypes: ['authorization_code'] } }), ['openid', 'profile']);
+  });
+  test('a refresh keeps offline_access in the grant while the client gets refresh tokens', () => {
+    const kept = narrowGrant(grant, webapp, issuer, true);
+    assert.ok(kept.ok);
+    assert.deepEqual(kept.value.scope, ['openid', 'offline_access']);
+    assert.equal(kept.value, grant, 'nothing dropped: the grant itself');
+  });
+  test('a client whose refresh_lifetime was removed from the config loses offline_access from the grant', () => {
+    const narrowed = narrowGrant(grant, { ...webapp, refreshLifetimeMs: undefined }, issuer, true);
+    assert.ok(narrowed.ok);
+    assert.deepEqual(narrowed.value.scope, ['openid']);
   });
 });

@@ -1,7 +1,7 @@
 /** Validation of an authorization request (RFC 6749 §4.1.1, RFC 7636, RFC 8707, DESIGN.md §4). No I/O. */
 import type { ClientRecord } from '../config/types.js';
 import { isBase64url32Bytes } from '../crypto/digest.js';
-import { refreshLifetimeOf } from '../policy/grant-eligibility.js';
+import { askableScopes } from '../policy/grant-eligibility.js';
 import { OAuthError } from '../policy/oauth-error.js';
 import { all, checkLimits, LIMITS, repeatedParameter, single, type Params } from '../http/params.js';
 import { decideAuthorizeResources } from '../policy/resource.js';
@@ -105,9 +105,7 @@ function scopeOf(params: Params, client: ClientRecord): readonly string[] | OAut
   if (sentScope === undefined && client.defaultScope === undefined) return new OAuthError('invalid_request', 'scope is required');
   const scope = sentScope === undefined ? [...(client.defaultScope ?? [])] : parseScope(sentScope);
   if (scope === undefined) return new OAuthError('invalid_scope', 'scope is malformed');
-  // DESIGN.md §9: offline_access asks for nothing more than refresh_lifetime gives, so clients that refresh may send it.
-  const askable = refreshLifetimeOf(client) === undefined ? client.scopes : [...client.scopes, 'offline_access'];
-  const scopeDecision = decideRequestedScope(scope, askable);
+  const scopeDecision = decideRequestedScope(scope, askableScopes(client));
   return scopeDecision.ok ? scopeDecision.value : scopeDecision.error;
 }
 

@@ -1,7 +1,7 @@
 /** POST /device_authorization (RFC 8628 §3.1-3.2): a device code for the device, a user code for the person. */
 import type { FastifyPluginAsync } from 'fastify';
 import type { ClientDirectory } from '../clients/directory.js';
-import { DEVICE_CODE_GRANT, mayUseGrant } from '../policy/grant-eligibility.js';
+import { askableScopes, DEVICE_CODE_GRANT, mayUseGrant } from '../policy/grant-eligibility.js';
 import { OAuthError } from '../policy/oauth-error.js';
 import { StoreUnavailableError } from '../store/unavailable.js';
 import { all, single } from '../http/params.js';
@@ -57,7 +57,7 @@ export function deviceAuthorizationRoutes(deps: DeviceAuthorizationRouteDeps): F
         unwrap(decideResourceParameter('device_code', all(params, 'resource')));
         const requestedScope = parseScope(single(params, 'scope'));
         if (requestedScope === undefined) throw new OAuthError('invalid_scope', 'scope is malformed');
-        const scope = unwrap(decideRequestedScope(requestedScope, client.scopes));
+        const scope = unwrap(decideRequestedScope(requestedScope, askableScopes(client)));
 
         const now = deps.now();
         const deviceCode = newSecret();

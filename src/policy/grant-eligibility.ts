@@ -76,4 +76,15 @@ export function refreshLifetimeOf(client: GrantEligibleClient): number | undefin
   return mayUseGrant(client, 'refresh_token') ? client.refreshLifetimeMs : undefined;
 }
 
+/** OpenID Connect's scope for refresh tokens (DESIGN.md §9). */
+export const OFFLINE_ACCESS = 'offline_access';
+
+/**
+ * The scopes `client` may ask for and keep: its own, plus offline_access when it gets refresh tokens (DESIGN.md §9:
+ * it asks for nothing more than `refresh_lifetime` gives), at /authorize, /device_authorization and every refresh.
+ */
+export function askableScopes(client: GrantEligibleClient & { readonly scopes: readonly string[] }): readonly string[] {
+  return refreshLifetimeOf(client) === undefined ? client.scopes : [...client.scopes, OFFLINE_ACCESS];
+}
+
 const unauthorized = (description: string): OAuthError => new OAuthError('unauthorized_client', description);

@@ -5,7 +5,7 @@
  * only in the one case DESIGN.md §1 allows: a used code or a rotated refresh token presented again by
  * the client it was issued to, in an otherwise valid request.
  */
-import { DEVICE_CODE_GRANT, grantRefusal, type GrantEligibleClient } from './grant-eligibility.js';
+import { askableScopes, DEVICE_CODE_GRANT, grantRefusal, type GrantEligibleClient } from './grant-eligibility.js';
 import { allow, refuse, type Decision } from './decision.js';
 import { OAuthError, invalidGrant } from './oauth-error.js';
 import { decideResourceParameter, decideTokenAudience, isNameable, providerScopeOf, type Audience } from './resource.js';
@@ -142,7 +142,9 @@ export function checkRefreshRequest(
  */
 export function narrowGrant<G extends GrantBounds>(grant: G, client: PolicyClient, issuer: string, subjectExists: boolean): Decision<G> {
   if (!subjectExists) return refuse(invalidGrant('the person this grant was made for is no longer known'));
-  const scope = grant.scope.filter((value) => client.scopes.includes(value));
+  // offline_access stays while the client still gets refresh tokens (DESIGN.md §9), so a client may send it back.
+  const askable = askableScopes(client);
+  const scope = grant.scope.filter((value) => askable.includes(value));
   // The issuer stays nameable while a provider scope does (DESIGN.md §5 provider scopes).
   const providerScoped = providerScopeOf(scope) !== undefined;
   const resources = grant.resources.filter((resource) => isNameable(client, resource) || (providerScoped && resource === issuer));
