@@ -516,7 +516,7 @@ describe('/token client authentication and request shape', () => {
     );
   });
 
-  test('Basic credentials are form-decoded (RFC 6749 §2.3.1): "+" is a space, %XX a byte; sent raw, such a secret does not match', async () => {
+  test('Basic credentials are form-decoded (RFC 6749 §2.3.1): "+" is a space, %XX a byte; sent raw, a secret that is no valid form text does not match', async () => {
     const secret = 'a b+c%d:é';
     const config = await testConfig();
     const odd = { ...(config.clients.get('service') as ClientRecord), clientId: 'odd client', secret };
@@ -529,6 +529,25 @@ describe('/token client authentication and request shape', () => {
       // The secret as configured but not encoded: its "+" reads as a space and "%d:" is no escape.
       assertInvalidClient(await postForm(app, [['grant_type', 'client_credentials']], header(encoded('odd client'), secret)));
       assertInvalidClient(await postForm(app, [['grant_type', 'client_credentials']], header(encoded('odd client'), 'a b c%25d:é')));
+    } finally {
+      await app.close();
+    }
+  });
+
+  test('a base64 secret sent in Basic without form-encoding (the MCP SDK, curl -u) still matches: its "+" is read as sent when the decoded reading fails', async () => {
+    const secret = 'q3+Zk/9w+Xa4Lr0bT7cV1eQ=';
+    const config = await testConfig();
+    const based = { ...(config.clients.get('service') as ClientRecord), clientId: 'based', secret };
+    const app = (await testApp({ config: { ...config, clients: new Map([...config.clients, ['based', based]]) } })).app;
+    try {
+      const header = (text: string): string => `Basic ${Buffer.from(`based:${text}`).toString('base64')}`;
+      assert.equal((await postForm(app, [['grant_type', 'client_credentials']], header(secret))).statusCode, 200, 'sent raw');
+      assert.equal((await postForm(app, [['grant_type', 'client_credentials']], header(encodeURIComponent(secret)))).statusCode, 200, 'form-encoded');
+      // Neither reading of these is the secret.
+      assertInvalidClient(await postForm(app, [['grant_type', 'client_credentials']], header(secret.replaceAll('+', ' '))));
+      assertInvalidClient(await postForm(app, [['grant_type', 'client_credentials']], header(`${secret}x`)));
+      // client_secret_post is form-decoded by the body parser itself: a raw "+" there is a space, as in any form.
+      assertInvalidClient(await postForm(app, [['grant_type', 'client_credentials'], ['client_id', 'based'], ['client_secret', secret.replaceAll('+', ' ')]]));
     } finally {
       await app.close();
     }

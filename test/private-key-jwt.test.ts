@@ -152,7 +152,7 @@ for (const kind of STORE_KINDS) {
       assertInvalidClient(await post(t.app, '/token', [...clientCredentials, ...withAssertion(good)]), /already used/);
     });
 
-    test('/revoke, /introspect and /par take assertions addressed to the issuer or to themselves', async () => {
+    test('/revoke, /introspect and /par take assertions addressed to the issuer or to themselves (/par: or to /token, RFC 9126 §2)', async () => {
       const issued = await post(t.app, '/token', [...clientCredentials, ...withAssertion(await assertion(signerKey, { clientId: 'signer', audience: ISSUER }))]);
       const accessToken = issued.json().access_token as string;
       for (const audience of [`${ISSUER}/introspect`, ISSUER]) {
@@ -168,7 +168,13 @@ for (const kind of STORE_KINDS) {
         ...withAssertion(await assertion(keys[2] as ClientKey, { clientId: 'signer', audience: `${ISSUER}/par` })),
       ]);
       assert.equal(pushed.statusCode, 201, pushed.body);
-      assertInvalidClient(await post(t.app, '/par', [['response_type', 'code'], ...withAssertion(await assertion(signerKey, { clientId: 'signer', audience: TOKEN }))]), /aud must name/);
+      // RFC 9126 §2: at /par the token endpoint's URL is an audience too; another endpoint's is not.
+      const pushedForToken = await post(t.app, '/par', [
+        ['response_type', 'code'], ['redirect_uri', REDIRECT], ['scope', 'read'], ['code_challenge', challenge], ['code_challenge_method', 'S256'],
+        ...withAssertion(await assertion(signerKey, { clientId: 'signer', audience: TOKEN })),
+      ]);
+      assert.equal(pushedForToken.statusCode, 201, pushedForToken.body);
+      assertInvalidClient(await post(t.app, '/par', [['response_type', 'code'], ...withAssertion(await assertion(signerKey, { clientId: 'signer', audience: `${ISSUER}/revoke` }))]), /aud must name/);
 
       const revoked = await post(t.app, '/revoke', [['token', accessToken], ...withAssertion(await assertion(keys[1] as ClientKey, { clientId: 'signer', audience: `${ISSUER}/revoke` }))]);
       assert.equal(revoked.statusCode, 200, revoked.body);

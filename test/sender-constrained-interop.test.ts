@@ -61,12 +61,14 @@ describe('openid-client v6 and a jose resource server against a listening Pinpoi
   let t: TestApp;
   let issuer: string;
   let signerKey: ClientKey;
+  let edwardsKey: ClientKey;
   let resourceServer: Server;
   let resourceUrl: URL;
   const insecure = { execute: [client.allowInsecureRequests] };
 
   before(async () => {
     signerKey = await newKey('ES256');
+    edwardsKey = await newKey('EdDSA');
     const port = await freePort();
     issuer = `http://127.0.0.1:${port}`;
     const base = await testConfig({ baseUrl: issuer, listen: { host: '127.0.0.1', port } });
@@ -77,7 +79,8 @@ describe('openid-client v6 and a jose resource server against a listening Pinpoi
       refreshLifetimeMs: 3600_000,
       scopes: ['openid', 'profile', 'read'],
     });
-    const config: Config = { ...base, clients: new Map([...base.clients, ['signer', signer]]) };
+    const edwards = clientRecord({ clientId: 'edwards', kind: 'confidential', assertionKeys: { jwks: { keys: [edwardsKey.publicJwk] } }, scopes: ['read'] });
+    const config: Config = { ...base, clients: new Map([...base.clients, ['signer', signer], ['edwards', edwards]]) };
     t = await testApp({ config });
     await t.app.listen({ port, host: '127.0.0.1' });
 
@@ -207,5 +210,13 @@ describe('openid-client v6 and a jose resource server against a listening Pinpoi
     const stranger = await newKey('ES256');
     const impostor = await client.discovery(new URL(issuer), 'signer', undefined, client.PrivateKeyJwt(stranger.privateKey), insecure);
     await assert.rejects(client.clientCredentialsGrant(impostor, { scope: 'read' }), (error: { status?: number }) => error.status === 401);
+  });
+
+  test('Ed25519 keys, which openid-client labels "Ed25519" (RFC 9864), not "EdDSA": PrivateKeyJwt() authenticates, and a DPoP() proof binds the token', async () => {
+    const config = await client.discovery(new URL(issuer), 'edwards', undefined, client.PrivateKeyJwt(edwardsKey.privateKey), insecure);
+    const dpop = client.getDPoPHandle(config, await client.randomDPoPKeyPair('EdDSA'));
+    const tokens = await client.clientCredentialsGrant(config, { scope: 'read' }, { DPoP: dpop });
+    assert.equal(tokens.token_type, 'dpop');
+    assert.equal(typeof (decodeJwt(tokens.access_token).cnf as { jkt?: unknown } | undefined)?.jkt, 'string');
   });
 });

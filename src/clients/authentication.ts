@@ -17,7 +17,7 @@ export interface PresentedCredentials {
   /** The client the request claims to be, before authentication (for rate limits and logs). */
   readonly claimedClientId: string | undefined;
   /** `text` is the Basic credentials as sent, before the form-decoding of RFC 6749 §2.3.1. */
-  readonly basic: { readonly id: string; readonly secret: string; readonly text: string } | undefined;
+  readonly basic: BasicCredentials | undefined;
   readonly malformedBasic: boolean;
   readonly bodyClientId: string | undefined;
   /** client_secret in the body (client_secret_post, RFC 6749 §2.3.1); undefined when absent. */
@@ -37,16 +37,27 @@ function assertionSubject(jwt: string | undefined): string | undefined {
   }
 }
 
+/** HTTP Basic credentials as decoded (RFC 6749 §2.3.1), with the secret also as it was sent. */
+export interface BasicCredentials {
+  readonly id: string;
+  readonly secret: string;
+  /** The secret before form-decoding: what a client that skipped the encoding meant (see basicSecretMatches). */
+  readonly secretAsSent: string;
+  /** The decoded header, `id:secret` as sent. */
+  readonly text: string;
+}
+
 /** RFC 6749 §2.3.1: the Basic credentials are form-urlencoded before base64. */
-function decodeBasic(header: string): { id: string; secret: string; text: string } | undefined {
+function decodeBasic(header: string): BasicCredentials | undefined {
   const match = /^Basic ([A-Za-z0-9+/=]+)$/i.exec(header.trim());
   if (match === null) return undefined;
   const decoded = Buffer.from(match[1] as string, 'base64').toString('utf8');
   const colon = decoded.indexOf(':');
   if (colon === -1) return undefined;
   const id = formDecodedStrictly(decoded.slice(0, colon));
-  const secret = formDecodedStrictly(decoded.slice(colon + 1));
-  return id === undefined || secret === undefined ? undefined : { id, secret, text: decoded };
+  const secretAsSent = decoded.slice(colon + 1);
+  const secret = formDecodedStrictly(secretAsSent);
+  return id === undefined || secret === undefined ? undefined : { id, secret, secretAsSent, text: decoded };
 }
 
 export function readClientCredentials(authorization: string | undefined, params: Params): PresentedCredentials {
@@ -88,17 +99,18 @@ export interface AssertionSources {
 }
 
 /**
- * The assertion check of the endpoint at `path` (DESIGN.md §13: `aud` may name the issuer or this URL). It records
+ * The assertion check of the endpoint at the first of `paths` (DESIGN.md §13: `aud` may name the issuer or this URL,
+ * or the URL of another of `paths`). It records
  * nothing: the endpoint records the jti it answers before its request changes state (a replay's grant revocation
  * included), so a refused request writes nothing and a replayed assertion revokes nothing.
  */
-export function assertionVerifier(sources: AssertionSources, path: string): AssertionVerifier {
-  const endpointUrl = `${sources.issuer}${path}`;
+export function assertionVerifier(sources: AssertionSources, ...paths: readonly [string, ...string[]]): AssertionVerifier {
+  const endpointUrls = paths.map((path) => `${sources.issuer}${path}`);
   return async (client, assertion) => {
     const keys = await sources.clients.assertionKeysOf(client);
     if (!keys.ok) throw invalidClient(keys.reason);
     const now = sources.now();
-    const check = await verifyClientAssertion(assertion, keys.keys, { clientId: client.clientId, issuer: sources.issuer, endpointUrl, now });
+    const check = await verifyClientAssertion(assertion, keys.keys, { clientId: client.clientId, issuer: sources.issuer, endpointUrls, now });
     if (!check.ok) throw invalidClient(check.reason);
     return check.accepted.replay;
   };
@@ -118,6 +130,15 @@ function secretMatches(holder: { readonly secret?: string; readonly secretDigest
     secretDigests.set(holder, expected);
   }
   return matchesDigest(presented, expected);
+}
+
+/**
+ * A Basic secret, form-decoded as RFC 6749 §2.3.1 says, or as sent: many clients (the MCP SDK, `curl -u`) skip the
+ * encoding, which turns the "+" of a base64 secret (`openssl rand -base64`) into a space. Both readings are of what
+ * the caller sent, so the second gives a guesser nothing more.
+ */
+function basicSecretMatches(holder: { readonly secret?: string; readonly secretDigest?: string }, basic: BasicCredentials): boolean {
+  return secretMatches(holder, basic.secret) || (basic.secretAsSent !== basic.secret && secretMatches(holder, basic.secretAsSent));
 }
 
 /** Who may call /introspect (DESIGN.md §8): a resource server by its label, or a confidential client. */
@@ -141,8 +162,8 @@ export async function authenticateIntrospectionCaller(
     if (presented.assertion !== undefined) throw invalidClient('a resource server authenticates with its secret, not a client assertion');
     if (basic !== undefined && bodySecret !== undefined) throw invalidRequest('send the client secret either with HTTP Basic or in the body, not both');
     if (basic !== undefined && bodyClientId !== undefined && bodyClientId !== basic.id) throw invalidClient('client_id does not match the credentials');
-    const secret = basic?.secret ?? bodySecret;
-    if (secret === undefined || !secretMatches(server, secret)) throw invalidClient('client authentication failed');
+    const matches = basic !== undefined ? basicSecretMatches(server, basic) : bodySecret !== undefined && secretMatches(server, bodySecret);
+    if (!matches) throw invalidClient('client authentication failed');
     return { caller: { kind: 'resource_server', label: server.label }, assertionReplay: undefined };
   }
   const { client, assertionReplay } = await authenticateClient(presented, clients, verifyAssertion);
@@ -158,10 +179,13 @@ export async function authenticateIntrospectionCaller(
 function labelSentUnencoded(
   basic: { readonly id: string; readonly text: string },
   resourceServers: ReadonlyMap<string, ResourceServerRecord>,
-): { id: string; secret: string } | undefined {
+): BasicCredentials | undefined {
   if (resourceServers.has(basic.id)) return undefined;
   for (const label of resourceServers.keys()) {
-    if (basic.text.startsWith(`${label}:`)) return { id: label, secret: basic.text.slice(label.length + 1) };
+    if (basic.text.startsWith(`${label}:`)) {
+      const secret = basic.text.slice(label.length + 1);
+      return { id: label, secret, secretAsSent: secret, text: basic.text };
+    }
   }
   return undefined;
 }
@@ -186,7 +210,7 @@ export async function authenticateClient(
     const client = clients.get(basic.id);
     if (client === undefined) throw invalidClient('client authentication failed');
     if (client.assertionKeys !== undefined) throw noSecretOfKeyClient();
-    if (!secretMatches(client, basic.secret)) throw invalidClient('client authentication failed');
+    if (!basicSecretMatches(client, basic)) throw invalidClient('client authentication failed');
     return { client, assertionReplay: undefined };
   }
   if (bodyClientId === undefined) throw invalidClient('client authentication is required');

@@ -6,7 +6,7 @@
 import { createLocalJWKSet, errors, jwtVerify, type CryptoKey, type JSONWebKeySet, type JWTPayload, type JWTVerifyGetKey, type JWTVerifyOptions } from 'jose';
 import type { AssertionKeys } from '../config/types.js';
 import { sha256 } from '../crypto/digest.js';
-import { ASYMMETRIC_ALGS } from '../crypto/jwk-set.js';
+import { ASYMMETRIC_ALGS, VERIFIED_ALGS } from '../crypto/jwk-set.js';
 import { isUsableJti, MAX_JTI_LENGTH, type UsedOnce } from '../crypto/used-once.js';
 
 /** RFC 7523 §2.2: the one client_assertion_type. */
@@ -26,8 +26,8 @@ export type AssertionCheck = { readonly ok: true; readonly accepted: AcceptedAss
 export interface AssertionExpectation {
   readonly clientId: string;
   readonly issuer: string;
-  /** The endpoint's own URL (e.g. `<issuer>/token`), which `aud` may name instead of the issuer. */
-  readonly endpointUrl: string;
+  /** The endpoint's own URL (e.g. `<issuer>/token`), and any other URL `aud` may name instead of the issuer. */
+  readonly endpointUrls: readonly string[];
   readonly now: number;
 }
 
@@ -82,10 +82,10 @@ export async function verifyClientAssertion(assertion: string, keys: JWTVerifyGe
   let payload: JWTPayload;
   try {
     payload = await verifyWithKeySet(assertion, keys, {
-      algorithms: [...ASYMMETRIC_ALGS],
+      algorithms: [...VERIFIED_ALGS],
       issuer: expected.clientId,
       subject: expected.clientId,
-      audience: [expected.issuer, expected.endpointUrl],
+      audience: [expected.issuer, ...expected.endpointUrls],
       requiredClaims: ['iss', 'sub', 'aud', 'exp', 'jti'],
       currentDate: new Date(expected.now),
     });

@@ -5,7 +5,7 @@
  */
 import { calculateJwkThumbprint, decodeProtectedHeader, errors, importJWK, jwtVerify, type CryptoKey, type JWK, type JWTPayload, type KeyObject } from 'jose';
 import { sha256 } from './digest.js';
-import { ASYMMETRIC_ALGS, privateMembersOf, rsaKeyProblem } from './jwk-set.js';
+import { ASYMMETRIC_ALGS, privateMembersOf, rsaKeyProblem, VERIFIED_ALGS } from './jwk-set.js';
 import { isUsableJti, MAX_JTI_LENGTH, type UsedOnce } from './used-once.js';
 
 /** DESIGN.md §13 `dpop_signing_alg_values_supported`. */
@@ -106,7 +106,7 @@ export async function verifyDpopProof(proof: string, expected: ProofExpectation)
     return refuse('the DPoP proof is not a JWT');
   }
   if (header.typ !== 'dpop+jwt') return refuse('the DPoP proof must have the header typ "dpop+jwt"');
-  if (typeof header.alg !== 'string' || !(DPOP_ALGS as readonly string[]).includes(header.alg)) {
+  if (typeof header.alg !== 'string' || !VERIFIED_ALGS.includes(header.alg)) {
     return refuse(`the DPoP proof must be signed with one of ${DPOP_ALGS.join(', ')}`);
   }
   const jwk = header.jwk;
@@ -120,7 +120,7 @@ export async function verifyDpopProof(proof: string, expected: ProofExpectation)
     jkt = thumbprint;
     ({ payload } = await jwtVerify(proof, key, {
       typ: 'dpop+jwt',
-      algorithms: [...DPOP_ALGS],
+      algorithms: [...VERIFIED_ALGS],
       requiredClaims: ['jti', 'htm', 'htu', 'iat'],
       currentDate: new Date(expected.now),
     }));

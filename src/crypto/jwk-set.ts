@@ -7,6 +7,12 @@ import { importJWK, type JSONWebKeySet, type JWK } from 'jose';
 /** The algorithms a client may sign assertions and DPoP proofs with (DESIGN.md §13): asymmetric only. */
 export const ASYMMETRIC_ALGS = ['ES256', 'EdDSA', 'RS256', 'PS256'] as const;
 
+/**
+ * What signatures are verified with: ASYMMETRIC_ALGS, and "Ed25519", RFC 9864's fully specified name for EdDSA with an
+ * Ed25519 key, which openid-client v6 (oauth4webapi) writes for every Ed25519 key: the same algorithm under its new name.
+ */
+export const VERIFIED_ALGS: readonly string[] = [...ASYMMETRIC_ALGS, 'Ed25519'];
+
 /** RFC 7518 §6.2.2, §6.3.2, RFC 8037 §2, and `k` of a symmetric key: members only a private (or secret) key has. */
 const PRIVATE_MEMBERS = ['d', 'p', 'q', 'dp', 'dq', 'qi', 'oth', 'k'] as const;
 

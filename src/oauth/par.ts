@@ -57,7 +57,8 @@ export interface ParRouteDeps extends FormEndpointDeps {
 
 export function parRoutes(deps: ParRouteDeps): FastifyPluginAsync {
   const { store } = deps;
-  const verifyAssertion = assertionVerifier(deps, '/par');
+  // RFC 9126 §2: a pushed request's assertion may name the token endpoint too (clients reuse their /token assertion code).
+  const verifyAssertion = assertionVerifier(deps, '/par', '/token');
   return async (app) => {
     app.post('/par', async (request, reply) =>
       handleFormEndpoint(deps, request, reply, async (params, presented) => {
