@@ -25,6 +25,8 @@ import { PasswordCheckUnavailableError, PasswordPool } from '../src/crypto/passw
 import { cookieJar, form, hiddenInput, PASSWORD, testApp, testConfig, webappAuthorizeUrl, type TestApp } from './helpers/app.js';
 
 const REPO = fileURLToPath(new URL('..', import.meta.url));
+/** The party of checks whose turns a test does not look at. */
+const ONE_ADDRESS = '203.0.113.1';
 const FAST = { N: 2 ** 14, r: 8, p: 1 };
 // About four times the work of a default-cost check (N·r·p) in 32 MiB: it holds a slot long after a 50 ms wait ends.
 const SLOW = { N: 2 ** 14, r: 16, p: 16 };
@@ -65,15 +67,15 @@ describe('the password pool', () => {
   test('answers like verifyPassword: right password true, wrong false, malformed hash false, no user false', async () => {
     const pool = new PasswordPool({ size: 2 });
     try {
-      assert.equal(await pool.verify('wonderland', fastHash), true);
-      assert.equal(await pool.verify('Wonderland', fastHash), false);
-      assert.equal(await pool.verify('wonderland', fastHash.replace('N=16384', 'N=1000')), false);
-      assert.equal(await pool.verify('wonderland', `${fastHash}$extra`), false);
-      assert.equal(await pool.verify('wonderland', 'wonderland'), false);
-      assert.equal(await pool.verify('wonderland', undefined), false, 'an unknown user never matches');
+      assert.equal(await pool.verify('wonderland', fastHash, ONE_ADDRESS), true);
+      assert.equal(await pool.verify('Wonderland', fastHash, ONE_ADDRESS), false);
+      assert.equal(await pool.verify('wonderland', fastHash.replace('N=16384', 'N=1000'), ONE_ADDRESS), false);
+      assert.equal(await pool.verify('wonderland', `${fastHash}$extra`, ONE_ADDRESS), false);
+      assert.equal(await pool.verify('wonderland', 'wonderland', ONE_ADDRESS), false);
+      assert.equal(await pool.verify('wonderland', undefined, ONE_ADDRESS), false, 'an unknown user never matches');
       // NFC, as hashPassword and verifyPassword normalize: "é" composed and decomposed are one password.
       const accented = await hashPassword('caf\u00e9', FAST);
-      assert.equal(await pool.verify('cafe\u0301', accented), true);
+      assert.equal(await pool.verify('cafe\u0301', accented, ONE_ADDRESS), true);
     } finally {
       await pool.close();
     }
@@ -86,7 +88,7 @@ describe('the password pool', () => {
     try {
       const running: number[] = [];
       const checks = Array.from({ length: 6 }, (_, i) => {
-        const check = pool.verify(i % 2 === 0 ? 'wonderland' : `wrong-${i}`, fastHash);
+        const check = pool.verify(i % 2 === 0 ? 'wonderland' : `wrong-${i}`, fastHash, ONE_ADDRESS);
         return check.finally(() => running.push(pool.stats().running));
       });
       assert.deepEqual(pool.stats(), { running: 2, waiting: 4, threads: 2 });
@@ -106,8 +108,8 @@ describe('the password pool', () => {
     const registry = new Registry();
     const pool = new PasswordPool({ size: 1, maxWaitMs: 50, registry });
     try {
-      const holding = pool.verify('slow-secret', slowHash);
-      const waiting = pool.verify('wonderland', fastHash);
+      const holding = pool.verify('slow-secret', slowHash, ONE_ADDRESS);
+      const waiting = pool.verify('wonderland', fastHash, ONE_ADDRESS);
       assert.deepEqual(pool.stats(), { running: 1, waiting: 1, threads: 1 });
       blockThisThread(150);
       const refused = waiting.catch((error: unknown) => error);
@@ -126,10 +128,48 @@ describe('the password pool', () => {
   test('beyond maxWaiting a check is refused at once (queue_full); the waiting ones still run', async () => {
     const pool = new PasswordPool({ size: 1, maxWaitMs: 60_000, maxWaiting: 1 });
     try {
-      const first = pool.verify('wonderland', fastHash);
-      const second = pool.verify('wonderland', fastHash);
-      assert.equal(await refusalOf(pool.verify('wonderland', fastHash)), 'queue_full');
+      const first = pool.verify('wonderland', fastHash, ONE_ADDRESS);
+      const second = pool.verify('wonderland', fastHash, ONE_ADDRESS);
+      assert.equal(await refusalOf(pool.verify('wonderland', fastHash, ONE_ADDRESS)), 'queue_full');
       assert.deepEqual(await Promise.all([first, second]), [true, true]);
+    } finally {
+      await pool.close();
+    }
+  });
+
+  test('waiting checks are served one party (address group) at a time, in turn: a burst from one address does not hold the slot from another', async () => {
+    const pool = new PasswordPool({ size: 1, maxWaitMs: 60_000 });
+    try {
+      const finished: string[] = [];
+      const check = (label: string, party: string): Promise<boolean> =>
+        pool.verify('wonderland', fastHash, party).then((matches) => {
+          finished.push(label);
+          return matches;
+        });
+      const holding = pool.verify('slow-secret', slowHash, '198.51.100.7');
+      const checks = [check('a1', '198.51.100.7'), check('a2', '198.51.100.7'), check('a3', '198.51.100.7'), check('b1', '203.0.113.9')];
+      assert.deepEqual(pool.stats(), { running: 1, waiting: 4, threads: 1 });
+      assert.deepEqual(await Promise.all([holding, ...checks]), [true, true, true, true, true]);
+      assert.deepEqual(finished, ['a1', 'b1', 'a2', 'a3'], 'b1 waited for one check of the other address, not for its whole burst');
+    } finally {
+      await pool.close();
+    }
+  });
+
+  test('a full waiting room makes a place for another address by refusing the newest check of the address holding the most (queue_full)', async () => {
+    const pool = new PasswordPool({ size: 1, maxWaitMs: 60_000, maxWaiting: 4 });
+    try {
+      const attacker = '198.51.100.7';
+      const holding = pool.verify('slow-secret', slowHash, attacker);
+      const burst = Array.from({ length: 4 }, () => pool.verify('wonderland', fastHash, attacker));
+      const evicted = [refusalOf(burst[3] as Promise<boolean>), refusalOf(burst[2] as Promise<boolean>)];
+      const alice = pool.verify('wonderland', fastHash, '203.0.113.9');
+      const bob = pool.verify('wonderland', fastHash, '192.0.2.44');
+      assert.deepEqual(await Promise.all(evicted), ['queue_full', 'queue_full']);
+      assert.deepEqual(pool.stats(), { running: 1, waiting: 4, threads: 1 });
+      // Two places each for the attacker: one more of its own is no reason to refuse another of its checks.
+      assert.equal(await refusalOf(pool.verify('wonderland', fastHash, attacker)), 'queue_full');
+      assert.deepEqual(await Promise.all([holding, burst[0], burst[1], alice, bob]), [true, true, true, true, true]);
     } finally {
       await pool.close();
     }
@@ -140,21 +180,21 @@ describe('the password pool', () => {
     const exits: number[] = [];
     const pool = new PasswordPool({ size: 1, maxWaitMs: 60_000, onThreadExit: (code) => exits.push(code) });
     try {
-      const inFlight = pool.verify('slow-secret', slowHash);
-      const waiting = pool.verify('wonderland', fastHash);
+      const inFlight = pool.verify('slow-secret', slowHash, ONE_ADDRESS);
+      const waiting = pool.verify('wonderland', fastHash, ONE_ADDRESS);
       assert.equal(threads.started.length, 1);
       await (threads.started[0] as Worker).terminate();
       assert.equal(await refusalOf(inFlight), 'thread_exited');
       assert.equal(await waiting, true);
       assert.equal(threads.started.length, 2, 'one replacement');
       assert.equal(exits.length, 1, 'the unasked exit is reported');
-      assert.equal(await pool.verify('wonderland', fastHash), true);
+      assert.equal(await pool.verify('wonderland', fastHash, ONE_ADDRESS), true);
       assert.equal(threads.started.length, 2, 'kept: not a thread per check');
 
       // An idle thread that dies is replaced when the next check comes.
       await (threads.started[1] as Worker).terminate();
       assert.equal(pool.stats().threads, 0);
-      assert.equal(await pool.verify('wonderland', fastHash), true);
+      assert.equal(await pool.verify('wonderland', fastHash, ONE_ADDRESS), true);
       assert.equal(threads.started.length, 3);
     } finally {
       threads.stop();
@@ -166,14 +206,14 @@ describe('the password pool', () => {
     const threads = watchThreads();
     const pool = new PasswordPool({ size: 1, maxWaitMs: 60_000 });
     try {
-      const running = refusalOf(pool.verify('slow-secret', slowHash));
-      const waiting = refusalOf(pool.verify('wonderland', fastHash));
+      const running = refusalOf(pool.verify('slow-secret', slowHash, ONE_ADDRESS));
+      const waiting = refusalOf(pool.verify('wonderland', fastHash, ONE_ADDRESS));
       const exited = threads.started.map((worker) => once(worker, 'exit'));
       await pool.close();
       await Promise.all(exited);
       assert.equal(await running, 'closed');
       assert.equal(await waiting, 'closed');
-      assert.equal(await refusalOf(pool.verify('wonderland', fastHash)), 'closed');
+      assert.equal(await refusalOf(pool.verify('wonderland', fastHash, ONE_ADDRESS)), 'closed');
       assert.deepEqual(pool.stats(), { running: 0, waiting: 0, threads: 0 });
     } finally {
       threads.stop();
@@ -185,7 +225,7 @@ describe('the password pool', () => {
       import { hashPassword } from ${JSON.stringify(new URL('../src/crypto/password.ts', import.meta.url).href)};
       import { PasswordPool } from ${JSON.stringify(new URL('../src/crypto/password-pool.ts', import.meta.url).href)};
       const pool = new PasswordPool({ size: 1 });
-      console.log(await pool.verify('x', await hashPassword('x', { N: 1024, r: 8, p: 1 })), pool.stats().threads);`;
+      console.log(await pool.verify('x', await hashPassword('x', { N: 1024, r: 8, p: 1 }), '203.0.113.1'), pool.stats().threads);`;
     const { code, stdout } = await runNode(['--import', 'tsx', '--input-type=module', '-e', script]);
     assert.equal(stdout, 'true 1\n');
     assert.equal(code, 0, 'exited by itself, the thread still started');
@@ -207,7 +247,7 @@ describe('the password pool', () => {
         import { PasswordPool } from './password-pool.js';
         const pool = new PasswordPool({ size: 1 });
         const hash = await hashPassword('x', { N: 1024, r: 8, p: 1 });
-        console.log(await pool.verify('x', hash), await pool.verify('y', hash));
+        console.log(await pool.verify('x', hash, '203.0.113.1'), await pool.verify('y', hash, '203.0.113.1'));
         await pool.close();`;
       await writeFile(join(folder, 'main.js'), script);
       const { code, stdout, stderr } = await runNode([join(folder, 'main.js')]);
@@ -298,6 +338,26 @@ describe('sign-in checks passwords through the pool', () => {
     // Three attempts were counted before the checks; the refused ones were given back, so this fourth one is still checked.
     assert.equal((await signIn(t.app, state, 'slow', 'wrong-again')).statusCode, 401);
     assert.equal((await signIn(t.app, state, 'alice', PASSWORD)).statusCode, 303, 'the slot is free again');
+  });
+
+  test('one address filling the hashing queue with sign-ins does not keep another address from signing in (an audit: 150 from one address gave everyone 503)', async () => {
+    t = await appWithSlowUser({ passwordHashes: 1, passwordWaitMs: 60_000, passwordChecksWaiting: 4, loginFailures: 100 });
+    const state = await signInForm(t.app);
+    const fromAttacker = (i: number): Promise<LightMyRequestResponse> =>
+      t!.app.inject({
+        method: 'POST',
+        url: '/login',
+        remoteAddress: '198.51.100.7',
+        headers: { ...FORM, cookie: state.cookies },
+        payload: form([['csrf', state.csrf], ['login', state.login], ['username', 'slow'], ['password', `wrong-${i}`]]),
+      });
+    const flood = Array.from({ length: 12 }, (_, i) => fromAttacker(i));
+    await new Promise((resolve) => setImmediate(resolve));
+    const alice = await signIn(t.app, state, 'alice', PASSWORD);
+    assert.equal(alice.statusCode, 303, alice.body);
+    const statuses = (await Promise.all(flood)).map((answer) => answer.statusCode);
+    assert.ok(statuses.every((status) => status === 401 || status === 503), statuses.join(' '));
+    assert.ok(statuses.filter((status) => status === 503).length >= 7, `the flood beyond 1 running and 4 waiting was refused: ${statuses.join(' ')}`);
   });
 
   test('closing the app ends its hashing threads', async () => {

@@ -1156,6 +1156,23 @@ function storeSuite(name: string, backend: () => Backend): void {
       assert.equal(await store.peekAttempts('login-user:bob', now + 1000), 1);
     });
 
+    it('an attempt counted and then forgiven leaves no counter behind (a sign-in refused with 503 writes nothing, DESIGN.md §1)', async () => {
+      const { store, inspect } = await backend().open();
+      opened.push(store);
+      const now = Date.now();
+      const counts = await Promise.all(Array.from({ length: 5 }, (_, index) => store.countAttempt(`login:user-${index}:203.0.113.9`, now, MINUTE)));
+      assert.deepEqual(counts, [1, 1, 1, 1, 1]);
+      await Promise.all(Array.from({ length: 5 }, (_, index) => store.forgiveAttempt(`login:user-${index}:203.0.113.9`, now + 1)));
+      for (let index = 0; index < 5; index++) assert.equal(await store.peekAttempts(`login:user-${index}:203.0.113.9`, now + 1), 0);
+      if (inspect !== undefined) assert.equal(await inspect.rows('attempts'), 0, 'no row per forgiven name');
+      // A counter above one keeps its row with one taken back.
+      await store.countAttempt('login:kept', now, MINUTE);
+      await store.countAttempt('login:kept', now, MINUTE);
+      await store.forgiveAttempt('login:kept', now + 1);
+      assert.equal(await store.peekAttempts('login:kept', now + 1), 1);
+      if (inspect !== undefined) assert.equal(await inspect.rows('attempts'), 1);
+    });
+
     it('records one-time credentials all or none, naming the first kind found used', async () => {
       const { store, inspect } = await backend().open();
       opened.push(store);

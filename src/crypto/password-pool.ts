@@ -58,6 +58,8 @@ export interface PasswordPoolStats {
 
 interface Job {
   readonly check: PasswordCheck;
+  /** Who asked (the sign-in's address group): waiting checks are served one party at a time, in turn. */
+  readonly party: string;
   readonly resolve: (matches: boolean) => void;
   readonly reject: (error: Error) => void;
   timer?: NodeJS.Timeout;
@@ -97,7 +99,12 @@ export class PasswordPool {
   readonly #decoyCost: ScryptCost | undefined;
   readonly #refusals: Counter<'reason'> | undefined;
   readonly #threads = new Set<HashingThread>();
-  readonly #waiting: Job[] = [];
+  /**
+   * Checks waiting, by party, parties in the order they are next served: one address's burst can neither hold the
+   * queue nor keep the slots from a sign-in of another address, which waits at most one check per party ahead of it.
+   */
+  readonly #waiting = new Map<string, Job[]>();
+  #waitingCount = 0;
   #closed = false;
 
   constructor(options: PasswordPoolOptions) {
@@ -114,23 +121,29 @@ export class PasswordPool {
     this.#refusals = new Counter({ name: 'pinpoint_password_checks_refused_total', help: 'Password checks answered 503, by reason', labelNames: ['reason'], registers });
   }
 
-  /** Whether `password` matches `hash`; for an unknown user (no hash) the same work is done and the answer is false. A malformed hash gives false. */
-  verify(password: string, hash: string | undefined): Promise<boolean> {
+  /**
+   * Whether `password` matches `hash`; for an unknown user (no hash) the same work is done and the answer is false. A
+   * malformed hash gives false. `party` names who asks (an address group), for the turns of the waiting room.
+   */
+  verify(password: string, hash: string | undefined, party: string): Promise<boolean> {
     const check = hash === undefined ? decoyCheck(password, this.#decoyCost) : passwordCheckOf(password, hash);
     if (check === undefined) return Promise.resolve(false);
-    return new Promise((resolve, reject) => this.#submit({ check, resolve, reject }));
+    return new Promise((resolve, reject) => this.#submit({ check, party, resolve, reject }));
   }
 
   stats(): PasswordPoolStats {
     let running = 0;
     for (const thread of this.#threads) if (thread.job !== undefined) running += 1;
-    return { running, waiting: this.#waiting.length, threads: this.#threads.size };
+    return { running, waiting: this.#waitingCount, threads: this.#threads.size };
   }
 
   /** Refuses every waiting check and ends every thread (the app's onClose). */
   async close(): Promise<void> {
     this.#closed = true;
-    for (const job of this.#waiting.splice(0)) this.#refuse(job, 'closed');
+    const waiting = [...this.#waiting.values()].flat();
+    this.#waiting.clear();
+    this.#waitingCount = 0;
+    for (const job of waiting) this.#refuse(job, 'closed');
     await Promise.all([...this.#threads].map((thread) => thread.worker.terminate()));
   }
 
@@ -138,13 +151,40 @@ export class PasswordPool {
     if (this.#closed) return this.#refuse(job, 'closed');
     const thread = this.#idleThread() ?? this.#startThread();
     if (thread !== undefined) return this.#run(thread, job);
-    if (this.#waiting.length >= this.#maxWaiting) return this.#refuse(job, 'queue_full');
+    if (this.#waitingCount >= this.#maxWaiting && !this.#makeRoomFor(job.party)) return this.#refuse(job, 'queue_full');
     job.timer = setTimeout(() => {
-      const index = this.#waiting.indexOf(job);
-      if (index !== -1) this.#waiting.splice(index, 1);
-      this.#refuse(job, 'wait_exceeded');
+      if (this.#leaveQueue(job)) this.#refuse(job, 'wait_exceeded');
     }, this.#maxWaitMs);
-    this.#waiting.push(job);
+    const queue = this.#waiting.get(job.party);
+    if (queue === undefined) this.#waiting.set(job.party, [job]);
+    else queue.push(job);
+    this.#waitingCount += 1;
+  }
+
+  /**
+   * A full waiting room takes `party`'s check in place of the newest check of the party holding the most places, when
+   * that party holds more than one place beyond `party`'s: a queue filled from one address never turns the others away.
+   */
+  #makeRoomFor(party: string): boolean {
+    let largest: Job[] | undefined;
+    for (const queue of this.#waiting.values()) if (largest === undefined || queue.length > largest.length) largest = queue;
+    const own = this.#waiting.get(party)?.length ?? 0;
+    if (largest === undefined || largest.length <= own + 1) return false;
+    const evicted = largest[largest.length - 1] as Job;
+    this.#leaveQueue(evicted);
+    this.#refuse(evicted, 'queue_full');
+    return true;
+  }
+
+  /** Takes `job` out of the waiting room; false when it was not there (already running or refused). */
+  #leaveQueue(job: Job): boolean {
+    const queue = this.#waiting.get(job.party);
+    const index = queue === undefined ? -1 : queue.indexOf(job);
+    if (queue === undefined || index === -1) return false;
+    queue.splice(index, 1);
+    if (queue.length === 0) this.#waiting.delete(job.party);
+    this.#waitingCount -= 1;
+    return true;
   }
 
   #refuse(job: Job, reason: PasswordCheckRefusal): void {
@@ -189,9 +229,16 @@ export class PasswordPool {
     this.#runNext(thread);
   }
 
+  /** The first party's oldest check runs; that party, if it has more waiting, goes to the back of the turns. */
   #runNext(thread: HashingThread | undefined): void {
-    if (thread === undefined || this.#waiting.length === 0) return;
-    const job = this.#waiting.shift() as Job;
+    if (thread === undefined) return;
+    const next = this.#waiting.entries().next();
+    if (next.done === true) return;
+    const [party, queue] = next.value;
+    const job = queue.shift() as Job;
+    this.#waiting.delete(party);
+    if (queue.length > 0) this.#waiting.set(party, queue);
+    this.#waitingCount -= 1;
     clearTimeout(job.timer);
     this.#run(thread, job);
   }
@@ -202,6 +249,6 @@ export class PasswordPool {
     if (this.#closed) return;
     this.#onThreadExit?.(exitCode, thread.error);
     // A replacement starts now for checks already waiting, otherwise when the next check comes.
-    if (this.#waiting.length > 0) this.#runNext(this.#startThread());
+    if (this.#waitingCount > 0) this.#runNext(this.#startThread());
   }
 }

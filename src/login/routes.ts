@@ -119,7 +119,8 @@ async function checkPassword(deps: LoginRouteDeps, passwords: PasswordPool, user
   const user = deps.users.get(username);
   try {
     // An unknown user costs the same check, so timing does not tell which usernames exist.
-    const valid = await passwords.verify(password.slice(0, 1024), user?.passwordHash);
+    // Waiting checks are served by address group in turn (password-pool.ts), as the limits count them.
+    const valid = await passwords.verify(password.slice(0, 1024), user?.passwordHash, limitedAddress(address));
     return user !== undefined && valid ? { result: 'right', user } : { result: 'wrong' };
   } catch (error) {
     if (!(error instanceof PasswordCheckUnavailableError)) throw error;

@@ -437,6 +437,8 @@ export class MemoryStore implements Store {
   async forgiveAttempt(key: string, now: number): Promise<void> {
     const window = this.#attempts.get(key);
     if (window !== undefined && window.windowEndsAt > now && window.count > 0) window.count -= 1;
+    // Forgiven back to nothing: no entry left, as the SQL stores delete the row.
+    if (window !== undefined && window.count <= 0) this.#attempts.delete(key);
   }
 
   async clearAttempts(key: string): Promise<void> {

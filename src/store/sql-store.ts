@@ -423,7 +423,7 @@ export class SqlStore implements Store {
   }
 
   async forgiveAttempt(key: string, now: number): Promise<void> {
-    await this.#driver.write(SQL.forgiveAttempt, [key, now]);
+    await this.#driver.script({ steps: [step(SQL.forgiveAttempt, [key, now]), step(SQL.dropForgivenAttempt, [key])] });
   }
 
   async clearAttempts(key: string): Promise<void> {

@@ -166,6 +166,8 @@ const texts = {
     RETURNING count`,
   peekAttempts: 'SELECT count FROM attempts WHERE attempt_key = $1 AND window_ends_at > $2',
   forgiveAttempt: 'UPDATE attempts SET count = count - 1 WHERE attempt_key = $1 AND window_ends_at > $2 AND count > 0',
+  // A counter forgiven back to nothing is no record of anything: a refused request leaves no row (DESIGN.md §1).
+  dropForgivenAttempt: 'DELETE FROM attempts WHERE attempt_key = $1 AND count <= 0',
   clearAttempts: 'DELETE FROM attempts WHERE attempt_key = $1',
 
   // $1 kind, $2 id, $3 expiry, $4 now: it changes a row only for the request that records the id (an expired record
@@ -255,6 +257,7 @@ export const KEEPS_HOLDINGS: ReadonlySet<Statement> = new Set([
   SQL.saveConsent,
   SQL.countAttempt,
   SQL.forgiveAttempt,
+  SQL.dropForgivenAttempt,
   SQL.clearAttempts,
   SQL.markUsedOnce,
   SQL.insertPushedRequest,

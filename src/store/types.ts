@@ -338,7 +338,7 @@ export interface AttemptStore {
   countAttempt(key: string, now: number, windowMs: number): Promise<number>;
   /** The count in the current window without adding one. */
   peekAttempts(key: string, now: number): Promise<number>;
-  /** Takes one attempt back (an attempt counted before it turned out to be right), never below zero; nothing when the window has ended. */
+  /** Takes one attempt back (an attempt counted before it turned out to be right), never below zero; nothing when the window has ended; a counter taken back to zero is removed. */
   forgiveAttempt(key: string, now: number): Promise<void>;
   clearAttempts(key: string): Promise<void>;
 }
