@@ -402,6 +402,9 @@ describe('/token client_credentials', () => {
       const response = await clientCredentials(resources.map((resource) => ['resource', resource] as [string, string]));
       assertOAuthError(response, 400, 'invalid_target', REFUSED_BY_GRANT);
     }
+    // The grant type's refusal of resource comes before any scope check (DESIGN.md §5 order), as at /device_authorization.
+    assertOAuthError(await clientCredentials([['resource', API], ['scope', 'a"b']]), 400, 'invalid_target', REFUSED_BY_GRANT);
+    assertOAuthError(await clientCredentials([['resource', API], ['scope', 'ssh']]), 400, 'invalid_target', REFUSED_BY_GRANT);
   });
 
   test('scope is optional and checked against the client scopes', async () => {

@@ -201,6 +201,9 @@ export function decideClientCredentials(input: {
   const { client, requestedScope } = input;
   const ineligible = grantRefusal(client, 'client_credentials');
   if (ineligible !== undefined) return refuse(ineligible);
+  // DESIGN.md §5 order: the grant type that refuses resource comes first, before the scope, as at /device_authorization.
+  const shape = decideResourceParameter('client_credentials', input.requested);
+  if (!shape.ok) return shape;
   if (requestedScope === undefined) return refuse(new OAuthError('invalid_scope', 'scope is malformed'));
   const audience = decideTokenAudience({
     grantType: 'client_credentials',
