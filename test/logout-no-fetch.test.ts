@@ -1,6 +1,7 @@
 /**
  * /logout never fetches a client ID metadata document (DESIGN.md §7, third outside review): a client_id that is not
- * configured, registered or already in the document cache is unknown there. The document is served by a real HTTPS
+ * configured, registered or already in the document cache is unknown there. Nor does /introspect when a resource
+ * server whose label is an https URL authenticates (an outside audit found each introspection fetching the label). The document is served by a real HTTPS
  * server on 127.0.0.1 (allow_private_addresses, as in metadata-document.test.ts), which counts what it is asked.
  */
 import assert from 'node:assert/strict';
@@ -19,6 +20,8 @@ import { MemoryStore } from '../src/store/memory.js';
 import { authorizeUrl, LOOPBACK_DOCUMENT_CLIENTS, pkce, testConfig } from './helpers/app.js';
 
 const REQUESTS = 26;
+const RESOURCE_SERVER_PATH = '/rs';
+const RESOURCE_SERVER_SECRET = 'resource-server-secret';
 
 let folder = '';
 let server: Server;
@@ -44,9 +47,11 @@ before(async () => {
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   origin = `https://127.0.0.1:${(server.address() as AddressInfo).port}`;
 
-  const config = await testConfig({
+  const base = await testConfig({
     dynamicClients: LOOPBACK_DOCUMENT_CLIENTS,
   });
+  const label = `${origin}${RESOURCE_SERVER_PATH}`;
+  const config = { ...base, resourceServers: new Map([[label, { label, secret: RESOURCE_SERVER_SECRET }]]) };
   documents = new MetadataDocuments({ allowPrivateAddresses: true, ca: cert });
   const store = new MemoryStore();
   ({ app } = await buildApp({ config, store, keys: await loadSigningKeys(store), documents }));
@@ -113,5 +118,23 @@ describe('/logout and client ID metadata documents', () => {
       assert.ok(response.body.includes(`name="client_id" value="${clientId}"`));
     }
     assert.equal(hitsOf(path), 1, '/logout fetched nothing');
+  });
+});
+
+describe('/introspect by a resource server labelled with an https URL', () => {
+  test('authenticates it by its label and secret without fetching the label as a metadata document, by Basic or in the body', async () => {
+    const label = `${origin}${RESOURCE_SERVER_PATH}`;
+    const basic = `Basic ${Buffer.from(`${encodeURIComponent(label)}:${RESOURCE_SERVER_SECRET}`).toString('base64')}`;
+    const form = { 'content-type': 'application/x-www-form-urlencoded' };
+    for (let i = 0; i < 3; i++) {
+      const byBasic = await app.inject({ method: 'POST', url: '/introspect', headers: { ...form, authorization: basic }, payload: 'token=not-a-token' });
+      assert.equal(byBasic.statusCode, 200, byBasic.body);
+      assert.deepEqual(byBasic.json(), { active: false });
+      const inBody = await app.inject({ method: 'POST', url: '/introspect', headers: form, payload: new URLSearchParams({ token: 'x', client_id: label, client_secret: RESOURCE_SERVER_SECRET }).toString() });
+      assert.equal(inBody.statusCode, 200, inBody.body);
+    }
+    const wrong = await app.inject({ method: 'POST', url: '/introspect', headers: form, payload: new URLSearchParams({ token: 'x', client_id: label, client_secret: 'wrong' }).toString() });
+    assert.equal(wrong.statusCode, 401, wrong.body);
+    assert.equal(hitsOf(RESOURCE_SERVER_PATH), 0, 'the label was never fetched');
   });
 });

@@ -46,6 +46,9 @@ export interface IntrospectionRouteDeps extends FormEndpointDeps {
   readonly isKnownSubject: (subject: string) => boolean;
 }
 
+/** The clients a request naming a resource server may be: none. */
+const NO_CLIENT = { get: (): undefined => undefined };
+
 export function introspectionRoutes(deps: IntrospectionRouteDeps): FastifyPluginAsync {
   const { store } = deps;
   const verified = deps.verifiedAccessTokens;
@@ -97,7 +100,10 @@ export function introspectionRoutes(deps: IntrospectionRouteDeps): FastifyPlugin
   return async (app) => {
     app.post('/introspect', async (request, reply) =>
       handleFormEndpoint(deps, request, reply, async (params, presented) => {
-        const { caller, assertionReplay } = await authenticateIntrospectionCaller(presented, await claimedClient(deps.clients, presented), deps.resourceServers, verifyAssertion);
+        // A resource server's label may be an https URL: it names that resource server, never a document to fetch.
+        const claimsResourceServer = presented.claimedClientId !== undefined && deps.resourceServers.has(presented.claimedClientId);
+        const clients = claimsResourceServer ? NO_CLIENT : await claimedClient(deps.clients, presented);
+        const { caller, assertionReplay } = await authenticateIntrospectionCaller(presented, clients, deps.resourceServers, verifyAssertion);
         request.clientId = caller.kind === 'client' ? caller.client.clientId : caller.label;
         const token = single(params, 'token');
         if (token === undefined) throw invalidRequest('token is required');
