@@ -198,12 +198,15 @@ function federationDeps(services: AppServices, store: Store): FederationRouteDep
     issuer: services.issuer,
     federations: services.config.federations,
     sessionLifetimeMs: services.sessionLifetimeMs,
+    failures: services.failures,
+    inFlight: services.inFlight,
+    limits: { addressFailures: services.limits.addressFailures },
   };
 }
 
 function consentDeps(services: AppServices, store: Store): ConsentRouteDeps {
-  const { clients, now, cookies, issuer, isKnownSubject } = services;
-  return { store, clients, now, cookies, basePath: services.config.basePath, issuer, isKnownSubject };
+  const { clients, now, cookies, issuer, isKnownSubject, failures, inFlight } = services;
+  return { store, clients, now, cookies, basePath: services.config.basePath, issuer, isKnownSubject, failures, inFlight, limits: failureLimits(services) };
 }
 
 function logoutDeps(services: AppServices, store: Store): LogoutRouteDeps {

@@ -22,6 +22,11 @@ export function toOAuthError(error: unknown, request: FastifyRequest): OAuthErro
     case 'FST_ERR_CTP_INVALID_CONTENT_LENGTH':
     case 'FST_ERR_CTP_EMPTY_JSON_BODY':
       return new OAuthError('invalid_request', 'the request body is malformed', 400);
+    // What the router refuses before any route runs (transport.ts answers them): never the path back, which holds the query.
+    case 'FST_ERR_BAD_URL':
+      return new OAuthError('invalid_request', 'the request path is not validly percent-encoded', 400);
+    case 'FST_ERR_MAX_PARAM_LENGTH':
+      return new OAuthError('invalid_request', 'a segment of the request path is too long', 414);
     default:
       break;
   }

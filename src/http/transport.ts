@@ -4,8 +4,9 @@
  * or an unknown path becomes an answer. buildApp adds the routes.
  */
 import { randomUUID } from 'node:crypto';
+import type { IncomingMessage } from 'node:http';
 import formbody from '@fastify/formbody';
-import Fastify, { LogController, type FastifyInstance } from 'fastify';
+import Fastify, { LogController, type FastifyError, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import type { Logger } from 'pino';
 import { bounded } from '../log.js';
 import { OAuthError } from '../policy/oauth-error.js';
@@ -13,7 +14,7 @@ import { clientErrorHandler, isApiPath, RequestsBeingReceived } from './client-e
 import { corsHook } from './cors.js';
 import { requestRecorder, type Metrics } from './metrics.js';
 import { LIMITS, parseParams, pathOf } from './params.js';
-import { proxyTrust, REQUEST_ID_SHAPE } from './proxies.js';
+import { proxyTrust, REQUEST_ID_SHAPE, type ProxyTrust } from './proxies.js';
 import { sendErrorPage, sendJsonError, toOAuthError } from './render-error.js';
 
 declare module 'fastify' {
@@ -48,7 +49,8 @@ export interface TransportOptions {
 /** A Fastify instance with every cross-cutting part in place and no route yet. */
 export async function createTransport(options: TransportOptions): Promise<FastifyInstance> {
   const requests = new RequestsBeingReceived();
-  const app = createFastify(options, requests);
+  const accessLine = accessLineWriter(options.metrics);
+  const app = createFastify(options, requests, accessLine);
   app.decorateRequest('clientId', undefined);
   app.decorateRequest('outcome', undefined);
   app.decorateRequest('audit', undefined);
@@ -56,19 +58,25 @@ export async function createTransport(options: TransportOptions): Promise<Fastif
   app.removeAllContentTypeParsers();
   // The body is a Params map; formbody types it as a record, hence the cast.
   await app.register(formbody, { parser: parseParams as unknown as (text: string) => Record<string, unknown>, bodyLimit: LIMITS.bodyBytes });
-  addAccessLine(app, options.metrics);
+  app.addHook('onResponse', (request, reply, done) => {
+    accessLine(request, reply, request.ip);
+    done();
+  });
   await addRequestIdAndCors(app, options, requests);
-  // RFC 6797: an https issuer tells browsers to use nothing else for a year.
-  if (options.baseUrl.startsWith('https:')) {
+  if (isHttpsIssuer(options)) {
     app.addHook('onSend', async (_request, reply) => {
-      reply.header('Strict-Transport-Security', 'max-age=31536000');
+      reply.header(...STRICT_TRANSPORT);
     });
   }
   addErrorAnswers(app, options);
   return app;
 }
 
-function createFastify(options: TransportOptions, requests: RequestsBeingReceived): FastifyInstance {
+/** RFC 6797: an https issuer tells browsers to use nothing else for a year. */
+const STRICT_TRANSPORT = ['Strict-Transport-Security', 'max-age=31536000'] as const;
+const isHttpsIssuer = (options: TransportOptions): boolean => options.baseUrl.startsWith('https:');
+
+function createFastify(options: TransportOptions, requests: RequestsBeingReceived, accessLine: AccessLineWriter): FastifyInstance {
   const trusted = proxyTrust(options.trustedProxies);
   // Fastify's default (0) lets a sender that trickles its body hold a connection forever; Node checks these every
   // connectionsCheckingInterval, so a slow request ends between requestTimeout and a sixth more.
@@ -100,6 +108,7 @@ function createFastify(options: TransportOptions, requests: RequestsBeingReceive
       trusted,
       countFailure: options.countFailure,
     }),
+    frameworkErrors: routerRefusal(options, trusted, accessLine),
     // node:https takes node:http's server options beside the TLS ones; Fastify hands `http` to node:http only.
     ...(options.https ? { https: { ...options.https, ...timeouts } } : { http: timeouts }),
   }) as unknown as FastifyInstance;
@@ -108,13 +117,16 @@ function createFastify(options: TransportOptions, requests: RequestsBeingReceive
 /** The field that marks an access line as an audit line (DESIGN.md §10). */
 const AUDITED = { audit: true } as const;
 
+/** Records an answered request: its metrics and its one access line, naming `address` as the client's. */
+type AccessLineWriter = (request: FastifyRequest, reply: FastifyReply, address: string | undefined) => void;
+
 /**
- * One onResponse hook: the request metrics, then one access-log line per request, with chosen fields only
- * (DESIGN.md §10): never a query string, header or body, and a value taken from the request at most 256 characters long.
+ * The request metrics, then one access-log line per request, with chosen fields only (DESIGN.md §10): never a query
+ * string, header or body, and a value taken from the request at most 256 characters long.
  */
-function addAccessLine(app: FastifyInstance, metrics: Metrics): void {
+function accessLineWriter(metrics: Metrics): AccessLineWriter {
   const recordRequest = requestRecorder(metrics);
-  app.addHook('onResponse', (request, reply, done) => {
+  return (request, reply, address) => {
     recordRequest(request, reply);
     const line: Record<string, unknown> = {
       method: request.method,
@@ -122,7 +134,7 @@ function addAccessLine(app: FastifyInstance, metrics: Metrics): void {
       status: reply.statusCode,
       ms: Math.round(reply.elapsedTime),
       // reqId comes from the request logger's bindings.
-      address: request.ip,
+      address,
       client_id: bounded(request.clientId),
       outcome: request.outcome ?? (reply.statusCode < 400 ? 'ok' : 'error'),
     };
@@ -130,8 +142,40 @@ function addAccessLine(app: FastifyInstance, metrics: Metrics): void {
     if (request.audit !== undefined) Object.assign(line, AUDITED, request.audit);
     if (reply.statusCode >= 500) request.log.error(line, 'request');
     else request.log.info(line, 'request');
-    done();
-  });
+  };
+}
+
+/**
+ * The client's address as Fastify's trustProxy finds it for a routed request: X-Forwarded-For walked from the right
+ * while the hop it came through is a trusted proxy (DESIGN.md §3). Only for requests the router refused, whose
+ * request object Fastify builds without that setting.
+ */
+function forwardedClient(raw: IncomingMessage, trusted: ProxyTrust): string | undefined {
+  const header = raw.headers['x-forwarded-for'];
+  const forwarded = header === undefined ? [] : (Array.isArray(header) ? header.join(',') : header).split(',');
+  const hops = [raw.socket.remoteAddress, ...forwarded.map((hop) => hop.trim()).reverse()];
+  let index = 0;
+  while (index < hops.length - 1 && trusted(hops[index])) index += 1;
+  return hops[index];
+}
+
+/**
+ * Fastify's frameworkErrors: what its router refuses before any route or hook runs (a path that does not decode,
+ * FST_ERR_BAD_URL; a route parameter over its length, FST_ERR_MAX_PARAM_LENGTH) is answered like any malformed request
+ * (DESIGN.md §4, §10): the error page or JSON by path, the request id and HSTS the hooks would add, counted as a
+ * failure of its address, and its access line.
+ */
+function routerRefusal(options: TransportOptions, trusted: ProxyTrust, accessLine: AccessLineWriter): (error: FastifyError, request: FastifyRequest, reply: FastifyReply) => void {
+  return (error, request, reply) => {
+    const address = forwardedClient(request.raw, trusted);
+    const refusal = toOAuthError(error, request);
+    if (address !== undefined) options.countFailure(address, refusal.status);
+    reply.header('X-Request-Id', request.id);
+    if (isHttpsIssuer(options)) reply.header(...STRICT_TRANSPORT);
+    if (isApiPath(pathOf(request.url), options.basePath)) sendJsonError(reply, refusal);
+    else sendErrorPage(reply, refusal);
+    accessLine(request, reply, address);
+  };
 }
 
 /**

@@ -8,6 +8,8 @@ import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import type { ClientDirectory } from '../clients/directory.js';
 import type { ClientRecord } from '../config/types.js';
 import type { CookieSettings } from '../http/cookies.js';
+import { admitRequest, countsAsFailure, type FailureLimits, type RequestsInFlight } from '../http/failure-limit.js';
+import type { FixedWindowLimiter } from '../http/rate-limit.js';
 import { formTargetOf, pageHeaders, sendPage } from '../http/pages.js';
 import { EMPTY_PARAMS, parseParams, queryOf, single, type Params } from '../http/params.js';
 import { errorRedirect } from '../http/redirects.js';
@@ -25,13 +27,19 @@ import type { ConsentStore, LoginRequestRecord, LoginRequestStore, PendingAuthor
 /** What the consent page uses, wired by buildApp. */
 export interface ConsentRouteDeps {
   readonly store: ConsentStore & LoginRequestStore & SessionStore;
-  readonly clients: Pick<ClientDirectory, 'find'>;
+  /** The client is found again here; for a metadata-document client that may fetch (DESIGN.md §9), counted first. */
+  readonly clients: Pick<ClientDirectory, 'find' | 'fetchesToResolve'>;
   readonly now: () => number;
   readonly cookies: CookieSettings;
   readonly basePath: string;
   readonly issuer: string;
   /** Whether a session's subject is still a user or comes from a configured upstream (DESIGN.md §6). */
   readonly isKnownSubject: (subject: string) => boolean;
+  /** The per-address failure counter every endpoint shares, and its limits (DESIGN.md §7): a fetch counts there. */
+  readonly failures: FixedWindowLimiter;
+  /** This process's requests still being answered, counted against the same limits until they end. */
+  readonly inFlight: RequestsInFlight;
+  readonly limits: FailureLimits;
 }
 
 /** The host of a URL, or undefined when it is none. */
@@ -62,15 +70,34 @@ interface Pending {
   readonly session: SessionRecord;
 }
 
-/** The login request, its client and the session; an error page when any is missing or from another browser. */
-async function load(deps: ConsentRouteDeps, request: FastifyRequest, loginId: string | undefined): Promise<Pending | OAuthError> {
+type Answer = (pending: Pending) => FastifyReply | Promise<FastifyReply>;
+
+/**
+ * The login request, its client and the session, then `answer` with them; an error page when any is missing or from
+ * another browser. The client is looked up last, once the login request and the session are known to be this
+ * browser's, so a stranger without them makes the server fetch nothing; a lookup that may fetch a metadata document
+ * is let in and counted against the address (and the client from it) as at /authorize (DESIGN.md §9).
+ */
+async function withPending(deps: ConsentRouteDeps, request: FastifyRequest, reply: FastifyReply, loginId: string | undefined, answer: Answer): Promise<FastifyReply> {
   const now = deps.now();
   const record = isLoginId(loginId) ? await deps.store.findLoginRequest(loginId, now) : undefined;
-  if (record === undefined || record.purpose.kind !== 'authorize' || !sameBrowser(deps.cookies, request, record.browser)) return expiredSignIn();
+  if (record === undefined || record.purpose.kind !== 'authorize' || !sameBrowser(deps.cookies, request, record.browser)) return sendErrorPage(reply, expiredSignIn());
   const session = await currentSession(deps, request, now);
-  const client = await deps.clients.find(record.purpose.authorization.clientId);
-  if (session === undefined || client === undefined) return expiredSignIn();
-  return { record, authorization: record.purpose.authorization, client, session };
+  if (session === undefined) return sendErrorPage(reply, expiredSignIn());
+  const { authorization } = record.purpose;
+  const clientId = authorization.clientId;
+  const fetches = (): number => deps.clients.fetchesToResolve(clientId);
+  const admitting = admitRequest(deps.failures, deps.inFlight, deps.limits, { address: request.ip, clientId, fetches }, deps.now);
+  const admission = admitting instanceof Promise ? await admitting : admitting;
+  if (!admission.ok) return sendErrorPage(reply, admission.error);
+  try {
+    const client = await deps.clients.find(clientId);
+    if (client === undefined) return sendErrorPage(reply, expiredSignIn());
+    return await answer({ record, authorization, client, session });
+  } finally {
+    // A refusal answered here counts as a failure; one thrown is counted by the app's error handler (http/transport.ts).
+    admission.settle(countsAsFailure(reply.statusCode) ? 'failed' : 'done', deps.now());
+  }
 }
 
 function showPage(deps: ConsentRouteDeps, request: FastifyRequest, reply: FastifyReply, pending: Pending): FastifyReply {
@@ -125,22 +152,20 @@ async function answer(deps: ConsentRouteDeps, request: FastifyRequest, reply: Fa
   if (!csrfValid(deps.cookies, request, single(form, 'csrf'))) {
     return sendErrorPage(reply, new OAuthError('invalid_request', 'the consent form expired; start again from the application'));
   }
-  const pending = await load(deps, request, single(form, 'login'));
-  if (pending instanceof OAuthError) return sendErrorPage(reply, pending);
-  request.clientId = pending.client.clientId;
-  const decision = single(form, 'decision');
-  if (decision === 'deny') return deny(deps, request, reply, pending);
-  if (decision !== 'allow') return sendErrorPage(reply, new OAuthError('invalid_request', 'decision must be allow or deny'));
-  return allow(deps, request, reply, pending);
+  return withPending(deps, request, reply, single(form, 'login'), async (pending) => {
+    request.clientId = pending.client.clientId;
+    const decision = single(form, 'decision');
+    if (decision === 'deny') return deny(deps, request, reply, pending);
+    if (decision !== 'allow') return sendErrorPage(reply, new OAuthError('invalid_request', 'decision must be allow or deny'));
+    return allow(deps, request, reply, pending);
+  });
 }
 
 export function consentRoutes(deps: ConsentRouteDeps): FastifyPluginAsync {
   return async (app) => {
-    app.get('/consent', { config: { page: true } }, async (request, reply) => {
-      const pending = await load(deps, request, single(parseParams(queryOf(request.url)), 'login'));
-      if (pending instanceof OAuthError) return sendErrorPage(reply, pending);
-      return showPage(deps, request, reply, pending);
-    });
+    app.get('/consent', { config: { page: true } }, async (request, reply) =>
+      withPending(deps, request, reply, single(parseParams(queryOf(request.url)), 'login'), (pending) => showPage(deps, request, reply, pending)),
+    );
     app.post('/consent', { config: { page: true } }, async (request, reply) => answer(deps, request, reply));
   };
 }

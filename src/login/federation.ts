@@ -3,6 +3,8 @@ import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import * as oidc from 'openid-client';
 import type { FederationRecord } from '../config/types.js';
 import type { CookieSettings } from '../http/cookies.js';
+import { admitAgainstAddress, countsAsFailure, type FailureLimits, type RequestOutcome, type RequestsInFlight } from '../http/failure-limit.js';
+import type { FixedWindowLimiter } from '../http/rate-limit.js';
 import { pageHeaders } from '../http/pages.js';
 import { parseParams, queryOf, single, type Params } from '../http/params.js';
 import { sendErrorPage } from '../http/render-error.js';
@@ -32,6 +34,11 @@ export interface FederationRouteDeps {
   /** The configured upstreams by name. */
   readonly federations: ReadonlyMap<string, FederationRecord>;
   readonly sessionLifetimeMs: number;
+  /** The per-address failure counter every endpoint shares, and its limit (DESIGN.md §4): each start keeps a row. */
+  readonly failures: FixedWindowLimiter;
+  /** This process's requests still being answered, counted against the same limit until they end. */
+  readonly inFlight: RequestsInFlight;
+  readonly limits: Pick<FailureLimits, 'addressFailures'>;
 }
 
 const PENDING_LIFETIME_MS = 10 * 60_000;
@@ -173,20 +180,44 @@ async function authorizationUrl(
   });
 }
 
-/** GET /federation/start: sends the browser to the upstream named on the sign-in page. */
+/**
+ * GET /federation/start: sends the browser to the upstream named on the sign-in page. Each start keeps its state on
+ * the server for 10 minutes, so it counts against the address as /authorize's login requests do (DESIGN.md §4), let in
+ * before anything is read: a loop from one address ends at address_failures with 429. A refusal counts as a failure.
+ */
 async function startUpstream(deps: FederationRouteDeps, discover: Discovery, request: FastifyRequest, reply: FastifyReply): Promise<FastifyReply> {
+  const admission = await admitAgainstAddress(deps.failures, deps.inFlight, deps.limits, request.ip, deps.now);
+  if (!admission.ok) return sendErrorPage(reply, admission.error);
+  const tally: { outcome: RequestOutcome } = { outcome: 'done' };
+  try {
+    return await startAdmitted(deps, discover, tally, request, reply);
+  } finally {
+    // An error thrown past here is counted by the app's error handler (http/transport.ts).
+    admission.settle(tally.outcome, deps.now());
+  }
+}
+
+/** A start once let in; `tally` says what it comes to for the address's budget. */
+async function startAdmitted(deps: FederationRouteDeps, discover: Discovery, tally: { outcome: RequestOutcome }, request: FastifyRequest, reply: FastifyReply): Promise<FastifyReply> {
+  const refuse = (error: OAuthError): FastifyReply => {
+    if (countsAsFailure(error.status)) tally.outcome = 'failed';
+    return sendErrorPage(reply, error);
+  };
   const params = parseParams(queryOf(request.url));
   const loginId = single(params, 'login');
   const pending = isLoginId(loginId) ? await deps.store.findLoginRequest(loginId, deps.now()) : undefined;
-  if (pending === undefined) return sendErrorPage(reply, expiredSignIn());
+  if (pending === undefined) return refuse(expiredSignIn());
   const upstream = deps.federations.get(single(params, 'upstream') ?? '');
-  if (upstream === undefined) return sendErrorPage(reply, unknownUpstream());
+  if (upstream === undefined) return refuse(unknownUpstream());
   let configuration: oidc.Configuration;
   try {
     configuration = await discover(upstream);
   } catch (error) {
+    // The upstream's failure (502), not the requester's: it counts nothing.
     return upstreamFailed(request, reply, upstream, 'discovery', error);
   }
+  // Counted before it is written, as /authorize counts a login request.
+  tally.outcome = 'kept';
   const target = await authorizationUrl(deps, request, reply, configuration, upstream, pending.id);
   request.outcome = 'ok';
   return pageHeaders(reply).redirect(target.href, 303);
