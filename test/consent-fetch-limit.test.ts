@@ -175,5 +175,23 @@ for (const kind of STORE_KINDS) {
       assert.equal(elsewhere.statusCode, 200, elsewhere.body);
       assert.equal(fetchesOf(path) - before, shown.length + 1);
     });
+
+    test('/authorize/resume finds the client again the same way: a loop of it from one address ends in the 429 page', async () => {
+      const path = newDocumentPath();
+      const browser: Browser = { address: '198.51.100.9', cookies: '' };
+      const signInPage = await authorize(app, browser, path);
+      const loginId = loginIdOf(signInPage);
+      const page = await get(app, browser, signInPage);
+      const signedIn = await post(app, browser, '/login', [['csrf', hiddenInput(page.body, 'csrf')], ['login', loginId], ['username', 'alice'], ['password', PASSWORD]]);
+      assert.equal(signedIn.statusCode, 303, signedIn.body);
+      const resumeUrl = String(signedIn.headers.location);
+      const before = fetchesOf(path);
+      const statuses: number[] = [];
+      for (let i = 0; i < ATTEMPTS; i += 1) statuses.push((await get(app, browser, resumeUrl)).statusCode);
+      const resumed = statuses.filter((status) => status === 303).length;
+      assert.ok(resumed > 0 && resumed < ADDRESS_FAILURES, statuses.join(' '));
+      assert.ok(statuses.slice(resumed).every((status) => status === 429), statuses.join(' '));
+      assert.equal(fetchesOf(path) - before, resumed, 'only the admitted ones fetched');
+    });
   });
 }

@@ -209,6 +209,29 @@ async function resume(deps: AuthorizeRouteDeps, request: FastifyRequest, reply: 
   if (session === undefined || !sessionSatisfies(authorization, session, now, pending.createdAt)) {
     return pageHeaders(reply).redirect(deps.signInPage(pending.id), 303);
   }
+  // Finding the client again may fetch its metadata document: counted against the address as at /authorize (DESIGN.md §9).
+  const clientId = authorization.clientId;
+  const fetches = (): number => deps.clients.fetchesToResolve(clientId);
+  const admitting = admitRequest(deps.failures, deps.inFlight, deps.limits, { address: request.ip, clientId, fetches }, deps.now);
+  const admission = admitting instanceof Promise ? await admitting : admitting;
+  if (!admission.ok) return sendErrorPage(reply, admission.error);
+  try {
+    return await resumeAdmitted(deps, request, reply, { id: pending.id, createdAt: pending.createdAt, authorization }, session);
+  } finally {
+    // A refusal answered here counts as a failure; one thrown is counted by the app's error handler (http/transport.ts).
+    admission.settle(countsAsFailure(reply.statusCode) ? 'failed' : 'done', deps.now());
+  }
+}
+
+/** The rest of a resume, once let in: the client found again, then consent or the code. */
+async function resumeAdmitted(
+  deps: AuthorizeRouteDeps,
+  request: FastifyRequest,
+  reply: FastifyReply,
+  pending: { readonly id: string; readonly createdAt: number; readonly authorization: PendingAuthorization },
+  session: SessionRecord,
+): Promise<FastifyReply> {
+  const { authorization } = pending;
   // The client or its redirect URI may have left the config since the request was validated (DESIGN.md §3).
   const client = await deps.clients.find(authorization.clientId);
   if (client === undefined || !redirectUriMatches(client.redirectUris, authorization.redirectUri, loopbackPortsOf(client))) {
@@ -216,7 +239,7 @@ async function resume(deps: AuthorizeRouteDeps, request: FastifyRequest, reply: 
   }
   if (await asksConsent(deps, client, authorization, session, pending.createdAt)) return pageHeaders(reply).redirect(consentPage(deps)(pending.id), 303);
   // Taken once: a finished sign-in cannot be replayed into a second code.
-  if ((await deps.store.takeLoginRequest(pending.id, now)) === undefined) return sendErrorPage(reply, expiredSignIn());
+  if ((await deps.store.takeLoginRequest(pending.id, deps.now())) === undefined) return sendErrorPage(reply, expiredSignIn());
   return finish(deps, request, reply, authorization, session, client);
 }
 
