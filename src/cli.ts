@@ -301,7 +301,7 @@ async function reload(file: string, pidFile: string): Promise<number> {
       return 1;
     }
     if (!isRunning(pid)) {
-      process.stderr.write(`pinpoint: the server (pid ${pid}) stopped before it answered\n`);
+      process.stderr.write(`pinpoint: the server (pid ${pid}) stopped before it answered; ${file} was not taken\n`);
       return 1;
     }
   }

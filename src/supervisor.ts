@@ -2,8 +2,8 @@
  * The primary of `pinpoint serve` (DESIGN.md §11): it only supervises. It starts N workers (worker.ts) sharing the
  * one listener (node:cluster), restarts one that dies (backing off when they die young), passes SIGTERM/SIGINT on
  * (each worker answers what it has in flight, then the primary exits 0), replaces the workers one at a time on
- * SIGHUP when the re-read config is valid, relays limiter counts between workers (and from a serving worker to one
- * that starts) and serves their summed metrics.
+ * SIGHUP when the re-read config is valid (all of them, or none when a new one cannot start), relays limiter counts
+ * between workers (and from a serving worker to one that starts) and serves their summed metrics.
  */
 import cluster, { type Worker } from 'node:cluster';
 import { randomBytes } from 'node:crypto';
@@ -88,6 +88,8 @@ interface Prepared {
 interface Member {
   readonly worker: Worker;
   readonly slot: number;
+  /** The config it was started with. */
+  readonly prepared: Prepared;
   readonly startedAt: number;
   ready: boolean;
   /** Asked to stop: its exit is expected. */
@@ -134,13 +136,14 @@ class Supervisor {
   readonly #logger: Logger;
   /** Start line, warnings and reload outcomes: printed whatever log_level says, short of "silent" (DESIGN.md §2). */
   #announcer: Logger;
-  /** The member serving each slot (0..N-1); undefined while its replacement waits for its backoff. */
+  /** The one member of each slot (0..N-1), filled only by #assign; undefined while its restart waits for its backoff. */
   #slots: (Member | undefined)[] = [];
   readonly #members = new Set<Member>();
   #phase: 'starting' | 'serving' | 'stopping' = 'starting';
   readonly #backoff = new RestartBackoff();
   readonly #restarts = new Map<number, NodeJS.Timeout>();
-  #reloading = false;
+  /** The reloads in progress (one after another while SIGHUPs come); a stop waits for them before it removes their files. */
+  #reloadRun: Promise<void> | undefined;
   #reloadAgain = false;
   #pidWritten = false;
   /** Made when a metrics listener first opens: the process figures sample the event loop about 100 times a second. */
@@ -176,7 +179,7 @@ class Supervisor {
     this.#logger.flush();
     this.#listen('SIGTERM', () => void this.#stop('SIGTERM', 0));
     this.#listen('SIGINT', () => void this.#stop('SIGINT', 0));
-    this.#listen('SIGHUP', () => void this.#reload());
+    this.#listen('SIGHUP', () => this.#reload());
     // Workers run worker.ts (worker.js once built) with this process's Node options; the config goes over IPC as a
     // structured clone (Maps included), never read again from the file.
     const here = fileURLToPath(import.meta.url);
@@ -207,7 +210,7 @@ class Supervisor {
         await writeAtomically(this.#options.pidFile, `${process.pid}\n`);
         this.#pidWritten = true;
       }
-      if (this.#reloadAgain) void this.#reload();
+      if (this.#reloadAgain) this.#reload();
     } catch (error) {
       // A server that cannot start says why on stderr and exits 1, leaving nothing open.
       process.stderr.write(`pinpoint: ${(error as Error).message}\n`);
@@ -230,6 +233,7 @@ class Supervisor {
     const member: Member = {
       worker,
       slot,
+      prepared,
       startedAt: Date.now(),
       ready: false,
       retiring: false,
@@ -305,23 +309,48 @@ class Supervisor {
     let delay = this.#backoff.next(lived);
     const serving = this.#slots.some((other) => other?.ready === true);
     if (delay === undefined && !serving) {
-      this.#announcer.error({ worker: member.worker.process.pid, code, signal, failure: member.failure }, 'workers keep dying as they start; giving up');
+      this.#announcer.error({ worker: member.worker.process.pid, exit_code: code, signal, failure: member.failure }, 'workers keep dying as they start; giving up');
       void this.#stop(undefined, 1);
       return;
     }
     // Others still serve: keep trying, at the longest delay.
     delay ??= MAX_RESTART_DELAY_MS;
     this.#announcer.warn(
-      { worker: member.worker.process.pid, slot: member.slot, code, signal, ...(member.failure !== undefined && { failure: member.failure }), restartInMs: delay },
+      // Not `code`: the log redacts that key everywhere (it names authorization codes).
+      { worker: member.worker.process.pid, slot: member.slot, exit_code: code, signal, ...(member.failure !== undefined && { failure: member.failure }), restartInMs: delay },
       'a worker stopped unexpectedly; starting another',
     );
+    const slot = member.slot;
     this.#restarts.set(
-      member.slot,
+      slot,
       setTimeout(() => {
-        this.#restarts.delete(member.slot);
-        if (this.#phase === 'serving' && this.#slots[member.slot] === undefined) this.#slots[member.slot] = this.#launch(member.slot, this.#current);
+        this.#restarts.delete(slot);
+        // A slot filled or removed meanwhile (a reload) has its timer cleared; this checks it once more.
+        if (this.#phase === 'serving' && slot < this.#slots.length && this.#slots[slot] === undefined) this.#assign(slot, this.#launch(slot, this.#current));
       }, delay),
     );
+  }
+
+  /** Makes `member` the one worker of `slot`: a restart pending there is dropped and the worker there before drains; that one is returned. */
+  #assign(slot: number, member: Member): Member | undefined {
+    clearTimeout(this.#restarts.get(slot));
+    this.#restarts.delete(slot);
+    const displaced = this.#slots[slot];
+    this.#slots[slot] = member;
+    if (displaced !== undefined) this.#retire(displaced);
+    return displaced;
+  }
+
+  /** Drops the slots from `count` on: their workers drain and their pending restarts are cancelled. */
+  async #dropSlotsFrom(count: number): Promise<void> {
+    for (const [slot, timer] of this.#restarts) {
+      if (slot < count) continue;
+      clearTimeout(timer);
+      this.#restarts.delete(slot);
+    }
+    const surplus = this.#slots.splice(count);
+    for (const member of surplus) if (member !== undefined) this.#retire(member);
+    await Promise.all(surplus.map((member) => member?.exited));
   }
 
   /** Asks every worker to finish its requests and exit; then lets go of the rest and resolves run() with `code`. */
@@ -334,6 +363,8 @@ class Supervisor {
     const members = [...this.#members];
     for (const member of members) this.#retire(member);
     await Promise.all(members.map((member) => member.exited));
+    // A reload still answering would write its result after the files below are removed.
+    await this.#reloadRun?.catch(() => undefined);
     for (const [name, handler] of this.#signals) process.off(name, handler);
     await closeServer(this.#metricsServer);
     this.#metricsServer = undefined;
@@ -359,33 +390,38 @@ class Supervisor {
   }
 
   /** SIGHUP: one reload at a time; a signal during one runs another after it. */
-  async #reload(): Promise<void> {
-    if (this.#reloading || this.#phase !== 'serving') {
+  #reload(): void {
+    if (this.#reloadRun !== undefined || this.#phase !== 'serving') {
       this.#reloadAgain = true;
       return;
     }
-    this.#reloading = true;
-    try {
-      do {
-        this.#reloadAgain = false;
-        await this.#reloadOnce();
-      } while (this.#reloadAgain && this.#phase === 'serving');
-    } finally {
-      this.#reloading = false;
-    }
+    this.#reloadRun = this.#reloadWhileAsked().finally(() => (this.#reloadRun = undefined));
+  }
+
+  async #reloadWhileAsked(): Promise<void> {
+    do {
+      this.#reloadAgain = false;
+      await this.#reloadOnce();
+    } while (this.#reloadAgain && this.#phase === 'serving');
   }
 
   async #reloadOnce(): Promise<void> {
     const request = await this.#takeReloadRequest();
     const file = request?.config ?? this.#current.config.file;
-    let outcome: { problems: string[]; warnings?: readonly string[] };
+    let outcome: ReloadOutcome;
     try {
       outcome = await this.#replaceWorkers(file);
     } catch (error) {
       outcome = { problems: [`the reload failed: ${(error as Error).message}`] };
     }
-    const ok = outcome.problems.length === 0;
     for (const warning of outcome.warnings ?? []) this.#announcer.warn(warning);
+    if (this.#phase !== 'serving') {
+      // No answer is written: the stop removes the request, and `pinpoint reload` sees the server end without one.
+      this.#announcer.warn({ file }, 'the configuration was not taken: the server is stopping');
+      this.#logger.flush();
+      return;
+    }
+    const ok = outcome.problems.length === 0;
     if (ok) {
       this.#announcer.info({ file, workers: this.#current.count }, 'configuration reloaded: every worker serves it');
     } else {
@@ -415,9 +451,10 @@ class Supervisor {
 
   /**
    * DESIGN.md §11: the config at `file` is loaded and checked as `check` would; when valid, each slot gets a new
-   * worker, and only once it serves is the old one asked to drain. The first new worker failing changes nothing.
+   * worker, and only once it serves is the old one asked to drain. When a new worker cannot start, every slot goes
+   * back to the old config. A stop during the reload ends it (the caller sees the phase).
    */
-  async #replaceWorkers(file: string): Promise<{ problems: string[]; warnings?: readonly string[] }> {
+  async #replaceWorkers(file: string): Promise<ReloadOutcome> {
     let loaded: { config: Config; warnings: string[] };
     try {
       loaded = await loadConfigApart(file);
@@ -431,6 +468,7 @@ class Supervisor {
       next.config.state.kind === 'memory'
         ? [...loaded.warnings, 'state is in memory: the new worker starts with new signing keys and none of the grants, codes and sessions the old one held']
         : loaded.warnings;
+    if (this.#phase !== 'serving') return { problems: [], warnings };
 
     // A new metrics address listens before anything else changes, so a busy port refuses the reload as a whole.
     const metricsListen = next.config.metrics === undefined ? undefined : formatListen(next.config.metrics.listen);
@@ -443,46 +481,56 @@ class Supervisor {
       }
     }
 
-    const problems: string[] = [];
-    let taken = false;
-    for (let slot = 0; slot < next.count && this.#phase === 'serving'; slot += 1) {
-      const old = this.#slots[slot];
-      const replacement = this.#launch(slot, next);
-      const failure = await replacement.readiness.then(
-        () => (replacement.exitedAt === undefined ? undefined : 'it exited as soon as it was serving'),
-        (error: unknown) => (error as Error).message,
-      );
-      if (failure !== undefined && !taken) {
-        // Nothing has changed yet: the old workers and metrics listener stay as they were.
-        await closeServer(newMetrics);
-        return { problems: [`a worker could not start with this configuration: ${failure}`], warnings };
-      }
-      if (failure !== undefined) {
-        problems.push(`worker ${slot} could not start with the new configuration (${failure}); it keeps the old one`);
-        continue;
-      }
-      if (!taken) {
-        taken = true;
-        this.#adopt(next);
-        if (next.config.metrics === undefined || newMetrics !== undefined) {
-          await closeServer(this.#metricsServer);
-          this.#metricsServer = newMetrics;
-        }
-      }
-      clearTimeout(this.#restarts.get(slot));
-      this.#restarts.delete(slot);
-      this.#slots[slot] = replacement;
-      if (old !== undefined) {
-        this.#retire(old);
-        await old.exited;
-      }
+    const previous = this.#current;
+    // Restarts during the reload start the new config; should it be rolled back, they are found by it and replaced too.
+    this.#adopt(next);
+    let failure: { readonly slot: number; readonly reason: string } | undefined;
+    for (let slot = 0; slot < next.count && failure === undefined && this.#phase === 'serving'; slot += 1) {
+      if (this.#serves(slot, next)) continue;
+      const reason = await this.#replaceSlot(slot, next);
+      if (reason !== undefined) failure = { slot, reason };
     }
-    if (!taken) await closeServer(newMetrics);
-    // Fewer workers than before: the surplus drain.
-    const surplus = this.#slots.splice(next.count);
-    for (const member of surplus) if (member !== undefined) this.#retire(member);
-    await Promise.all(surplus.map((member) => member?.exited));
+    if (failure === undefined && this.#phase === 'serving') {
+      if (next.config.metrics === undefined || newMetrics !== undefined) {
+        await closeServer(this.#metricsServer);
+        this.#metricsServer = newMetrics;
+      }
+      await this.#dropSlotsFrom(next.count);
+      return { problems: [], warnings };
+    }
+    await closeServer(newMetrics);
+    this.#adopt(previous);
+    if (failure === undefined || this.#phase !== 'serving') return { problems: [], warnings };
+
+    // An operator reads exit 1 as "the server serves what it served" (DESIGN.md §11): the slots already moved go back, never two configs at once.
+    const problems = [`worker ${failure.slot} could not start with this configuration: ${failure.reason}`];
+    for (let slot = 0; slot < previous.count && this.#phase === 'serving'; slot += 1) {
+      // A slot waiting for its restart gets the old config from it.
+      if (this.#slots[slot]?.prepared !== next) continue;
+      const reason = await this.#replaceSlot(slot, previous);
+      if (reason !== undefined) problems.push(`worker ${slot} could not start with the old configuration either (${reason}); it keeps the new one until it is replaced`);
+    }
+    if (this.#phase === 'serving') await this.#dropSlotsFrom(previous.count);
     return { problems, warnings };
+  }
+
+  /** Whether the worker of `slot` already serves `prepared`. */
+  #serves(slot: number, prepared: Prepared): boolean {
+    const member = this.#slots[slot];
+    return member !== undefined && member.prepared === prepared && member.ready;
+  }
+
+  /** Starts a worker serving `prepared` for `slot` and, once it serves, drains the one it takes over from; why it could not start, if it could not. */
+  async #replaceSlot(slot: number, prepared: Prepared): Promise<string | undefined> {
+    const replacement = this.#launch(slot, prepared);
+    const failure = await replacement.readiness.then(
+      () => (replacement.exitedAt === undefined ? undefined : 'it exited as soon as it was serving'),
+      (error: unknown) => (error as Error).message,
+    );
+    // A stop that began meanwhile has asked the replacement to stop too: it takes over nothing.
+    if (failure !== undefined || this.#phase !== 'serving') return failure;
+    await this.#assign(slot, replacement)?.exited;
+    return undefined;
   }
 
   /** The new config is the current one: restarts use it, and the primary logs at its level. */
@@ -496,6 +544,12 @@ class Supervisor {
     this.#metricsSource ??= clusterMetrics(processRegistry('primary'), () => [...this.#members].filter((member) => member.ready).map((member) => member.worker));
     return { listen: formatListen(listen), server: await serveMetrics({ registry: this.#metricsSource }, listen) };
   }
+}
+
+/** What a reload came to: every problem (none when taken), and the config's warnings. */
+interface ReloadOutcome {
+  readonly problems: string[];
+  readonly warnings?: readonly string[];
 }
 
 interface MetricsListener {
