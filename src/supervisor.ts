@@ -541,7 +541,9 @@ class Supervisor {
   }
 
   async #openMetrics(listen: { readonly host: string; readonly port: number }): Promise<MetricsListener> {
-    this.#metricsSource ??= clusterMetrics(processRegistry('primary'), () => [...this.#members].filter((member) => member.ready).map((member) => member.worker));
+    this.#metricsSource ??= clusterMetrics(processRegistry('primary'), () =>
+      [...this.#members].filter((member) => member.ready).map((member) => ({ worker: member.worker, current: this.#slots[member.slot] === member })),
+    );
     return { listen: formatListen(listen), server: await serveMetrics({ registry: this.#metricsSource }, listen) };
   }
 }

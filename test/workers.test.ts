@@ -326,6 +326,21 @@ function workersSuite(state: () => Promise<StateSpec>, how: 'config' | 'flag'): 
     assert.equal((await fresh(server.baseUrl, '/metrics')).status, 404, 'never on the main listener');
   });
 
+  test('the summed counts never go down when a worker dies: what it counted is carried on (Prometheus reads a drop as a reset)', async () => {
+    const metricsUrl = `http://127.0.0.1:${metricsPort}`;
+    const route = 'route="/.well-known/oauth-authorization-server"';
+    const before = metricValue((await fresh(metricsUrl, '/metrics')).body, 'pinpoint_http_requests_total', route);
+    assert.ok(before !== undefined && before >= 10, `counted by both workers before: ${before}`);
+    await killOneAndAwaitReplacement(server);
+    const after = metricValue((await fresh(metricsUrl, '/metrics')).body, 'pinpoint_http_requests_total', route);
+    assert.equal(after, before, 'the dead worker\'s requests are still in the sum');
+    await sequence(4, () => fresh(server.baseUrl, '/.well-known/oauth-authorization-server'));
+    await eventually('the sum grown by the new requests', async () => {
+      const grown = metricValue((await fresh(metricsUrl, '/metrics')).body, 'pinpoint_http_requests_total', route);
+      return grown === (before as number) + 4;
+    });
+  });
+
   const keyRotationLines = (): Record<string, unknown>[] => server.logs.filter((record) => record.audit === true && record.event === 'key_rotation');
 
   /** `pinpoint keys rotate` against the running server's store: the new kids. */

@@ -130,11 +130,103 @@ export function answerMetricsRequests(registry: Registry): void {
   });
 }
 
+/** One series of a metric as getMetricsAsJSON answers it (a histogram's carry metricName: _bucket, _sum, _count). */
+interface SeriesJson {
+  readonly value: number;
+  readonly labels: Readonly<Record<string, string | number>>;
+  readonly metricName?: string;
+}
+
+/** A metric as getMetricsAsJSON answers it and AggregatorRegistry.aggregate takes it (prom-client's types ask for more). */
+interface MetricJson {
+  readonly name: string;
+  readonly help: string;
+  readonly type: string;
+  readonly aggregator: string;
+  readonly values: readonly SeriesJson[];
+}
+
+/** A worker the primary asks for its figures; `current` is false for one draining after its slot got a new worker. */
+export interface MetricsSource {
+  readonly worker: Worker;
+  readonly current: boolean;
+}
+
+/** A per-process figure: labelled with its worker (DESIGN.md §11), one series per process, not part of any sum. */
+const isPerProcess = (value: SeriesJson): boolean => value.labels.worker !== undefined;
+
+/**
+ * A draining worker's answer without its per-process figures: its slot's new worker reports them under the same
+ * `worker` label, and the two would be added up (an audit saw a slot's memory doubled during a reload).
+ */
+function withoutPerProcess(answer: readonly MetricJson[]): MetricJson[] {
+  return answer.flatMap((metric) => {
+    const values = metric.values.filter((value) => !isPerProcess(value));
+    return values.length === 0 ? [] : [{ ...metric, values }];
+  });
+}
+
+/** One summed series of a counter or histogram: what it was last reported as, and what is added to keep it from going down. */
+interface HeldSeries {
+  readonly metric: Pick<MetricJson, 'name' | 'help' | 'type' | 'aggregator'>;
+  readonly labels: SeriesJson['labels'];
+  readonly metricName: string | undefined;
+  reported: number;
+  carried: number;
+}
+
+const seriesKey = (name: string, value: SeriesJson): string =>
+  `${value.metricName ?? name}\u0000${JSON.stringify(Object.entries(value.labels).sort(([a], [b]) => (a < b ? -1 : 1)))}`;
+
+/**
+ * Keeps the summed counters and histograms from going down when a worker's figures leave the sum (it died, or it
+ * drained after a reload): Prometheus reads any drop as a reset, and rate() as a burst of everything the other
+ * workers counted. What the gone worker counted is carried on as of the last scrape that reached it.
+ */
+export class CarriedSums {
+  readonly #series = new Map<string, HeldSeries>();
+
+  /** `answers` and one more answer: what each summed series needs added so it is never below its last report. */
+  carry(answers: readonly (readonly MetricJson[])[]): MetricJson[][] {
+    const sums = new Map<string, { metric: MetricJson; value: SeriesJson; sum: number }>();
+    for (const answer of answers) {
+      for (const metric of answer) {
+        if ((metric.type !== 'counter' && metric.type !== 'histogram') || metric.aggregator !== 'sum') continue;
+        for (const value of metric.values) {
+          if (isPerProcess(value)) continue;
+          const key = seriesKey(metric.name, value);
+          const summed = sums.get(key);
+          if (summed === undefined) sums.set(key, { metric, value, sum: value.value });
+          else summed.sum += value.value;
+        }
+      }
+    }
+    for (const [key, { metric, value }] of sums) {
+      if (this.#series.has(key)) continue;
+      const { name, help, type, aggregator } = metric;
+      this.#series.set(key, { metric: { name, help, type, aggregator }, labels: value.labels, metricName: value.metricName, reported: 0, carried: 0 });
+    }
+    const carriedAnswer = new Map<string, MetricJson>();
+    for (const [key, series] of this.#series) {
+      const total = (sums.get(key)?.sum ?? 0) + series.carried;
+      if (total < series.reported) series.carried += series.reported - total;
+      series.reported = (sums.get(key)?.sum ?? 0) + series.carried;
+      if (series.carried === 0) continue;
+      const metric = carriedAnswer.get(series.metric.name) ?? { ...series.metric, values: [] };
+      (metric.values as SeriesJson[]).push({ labels: series.labels, value: series.carried, ...(series.metricName !== undefined && { metricName: series.metricName }) });
+      carriedAnswer.set(series.metric.name, metric);
+    }
+    return [...answers.map((answer) => [...answer]), [...carriedAnswer.values()]];
+  }
+}
+
 /**
  * In the primary: the sum over `workers` (and the primary's own process figures) with prom-client's cluster
- * aggregation: counters and histograms add up; labelled per-process figures stay one series per worker.
+ * aggregation: counters and histograms add up, and never go down when a worker leaves (CarriedSums); labelled
+ * per-process figures stay one series per worker, from the worker that holds its slot now.
  */
-export function clusterMetrics(own: Registry, workers: () => Iterable<Worker>): MetricsText {
+export function clusterMetrics(own: Registry, workers: () => Iterable<MetricsSource>): MetricsText {
+  const carried = new CarriedSums();
   let nextId = 0;
   const ask = (worker: Worker, id: number): Promise<MetricObjectWithValues<MetricValue<string>>[]> =>
     new Promise((resolve) => {
@@ -157,8 +249,15 @@ export function clusterMetrics(own: Registry, workers: () => Iterable<Worker>): 
     contentType: own.contentType,
     async metrics(): Promise<string> {
       const id = nextId++;
-      const answers = await Promise.all([own.getMetricsAsJSON(), ...[...workers()].map((worker) => ask(worker, id))]);
-      return AggregatorRegistry.aggregate(answers).metrics();
+      const answers = await Promise.all([
+        own.getMetricsAsJSON(),
+        ...[...workers()].map(async ({ worker, current }) => {
+          const answer = await ask(worker, id);
+          return current ? answer : withoutPerProcess(answer as unknown as MetricJson[]);
+        }),
+      ]);
+      const summed = carried.carry(answers as unknown as MetricJson[][]);
+      return AggregatorRegistry.aggregate(summed as unknown as Parameters<typeof AggregatorRegistry.aggregate>[0]).metrics();
     },
   };
 }
