@@ -16,7 +16,7 @@ import { POSTGRES, SQLITE } from '../src/store/dialect.js';
 import { MemoryStore } from '../src/store/memory.js';
 import { MIGRATIONS, migratePostgres } from '../src/store/migrations.js';
 import { codeParams, grantParams, refreshTokenParams, sessionParams } from '../src/store/rows.js';
-import { GRANT_EXPIRY_SLACK_MS } from '../src/store/rules.js';
+import { GRANT_EXPIRY_SLACK_MS, MAX_SESSIONS_PER_SUBJECT } from '../src/store/rules.js';
 import { REVOKE_BATCH, SWEEP_BATCH } from '../src/store/sql.js';
 import { openStore } from '../src/store/open.js';
 import { PostgresStore } from '../src/store/postgres.js';
@@ -966,6 +966,21 @@ function storeSuite(name: string, backend: () => Backend): void {
       assert.deepEqual(await store.findSession(bob.digest, now), bob);
       assert.equal(await store.deleteSessionsOf('alice'), 0);
       assert.equal(await store.deleteSessionsOf('carol'), 0);
+    });
+
+    it(`keeps at most ${MAX_SESSIONS_PER_SUBJECT} sessions of one subject: signing in again ends the one that expires first (an audit: sign-ins piled up rows)`, async () => {
+      const { store, inspect } = await backend().open();
+      opened.push(store);
+      const now = Date.now();
+      const session = (subject: string, index: number) => ({ digest: digest(), subject, claims: {}, authTime: now, expiresAt: now + MINUTE + index });
+      const bob = session('bob', 0);
+      await store.createSession(bob);
+      const alice = Array.from({ length: MAX_SESSIONS_PER_SUBJECT + 5 }, (_, index) => session('alice', index));
+      for (const record of alice) await store.createSession(record);
+      for (const record of alice.slice(0, 5)) assert.equal(await store.findSession(record.digest, now), undefined, 'the five that expire first are ended');
+      for (const record of alice.slice(5)) assert.deepEqual(await store.findSession(record.digest, now), record);
+      assert.deepEqual(await store.findSession(bob.digest, now), bob, "another subject's session is untouched");
+      if (inspect !== undefined) assert.equal(await inspect.rows('sessions'), MAX_SESSIONS_PER_SUBJECT + 1);
     });
 
     it('runs the device flow: poll, approve, redeem once', async () => {

@@ -5,6 +5,7 @@ import {
   grantKeptUntil,
   grantLives,
   grantMatches,
+  MAX_SESSIONS_PER_SUBJECT,
   mayNeedExtension,
   oldestGrantFirst,
   oldestKeyFirst,
@@ -321,6 +322,11 @@ export class MemoryStore implements Store {
 
   async createSession(session: SessionRecord): Promise<void> {
     this.#sessions.set(session.digest, Object.freeze({ ...session, claims: { ...session.claims } }));
+    // As the SQL stores trim (rules.ts MAX_SESSIONS_PER_SUBJECT): the subject's sessions that expire last stay.
+    const own = [...this.#sessions.values()].filter((held) => held.subject === session.subject);
+    if (own.length <= MAX_SESSIONS_PER_SUBJECT) return;
+    own.sort((a, b) => b.expiresAt - a.expiresAt || (a.digest < b.digest ? -1 : a.digest > b.digest ? 1 : 0));
+    for (const ended of own.slice(MAX_SESSIONS_PER_SUBJECT)) this.#sessions.delete(ended.digest);
   }
 
   async findSession(digest: string, now: number): Promise<SessionRecord | undefined> {

@@ -4,6 +4,13 @@ import type { Grant, GrantFilter, RefreshTokenRecord, StoredKey } from './types.
 /** How long a grant outlives its last refresh token: the grant's row is rewritten at most once per this, per grant. */
 export const GRANT_EXPIRY_SLACK_MS = 24 * 3_600_000;
 
+/**
+ * Sessions one person may hold at once; signing in again beyond it ends their oldest (by expiry). A person uses a few
+ * browsers, never hundreds: without it, anyone with an account (an upstream's included) could fill the store by
+ * signing in again and again.
+ */
+export const MAX_SESSIONS_PER_SUBJECT = 100;
+
 /** Device records stay this long after expiry so polling still answers expired_token (RFC 8628 §3.5). */
 export const DEVICE_EXPIRY_SLACK_MS = 10 * 60_000;
 

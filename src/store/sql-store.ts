@@ -39,7 +39,7 @@ import {
   type RegisteredClientRow,
   type SessionRow,
 } from './rows.js';
-import { DEVICE_EXPIRY_SLACK_MS, grantExtension, type GrantExtension, grantKeptUntil, mayNeedExtension, oldestGrantFirst, oldestKeyFirst } from './rules.js';
+import { DEVICE_EXPIRY_SLACK_MS, MAX_SESSIONS_PER_SUBJECT, grantExtension, type GrantExtension, grantKeptUntil, mayNeedExtension, oldestGrantFirst, oldestKeyFirst } from './rules.js';
 import { RememberedHoldings } from './remembered-holdings.js';
 import { grantQueries, REVOKE_BATCH, SQL, SWEEP_BATCH, type Statement } from './sql.js';
 import type {
@@ -330,7 +330,9 @@ export class SqlStore implements Store {
   }
 
   async createSession(session: SessionRecord): Promise<void> {
-    await this.#driver.write(SQL.insertSession, sessionParams(session));
+    await this.#driver.script({
+      steps: [step(SQL.insertSession, sessionParams(session)), step(SQL.trimSessionsOf, [session.subject, MAX_SESSIONS_PER_SUBJECT])],
+    });
   }
 
   async findSession(digest: string, now: number): Promise<SessionRecord | undefined> {

@@ -132,6 +132,8 @@ const texts = {
   findSession: 'SELECT digest, subject, claims, auth_time, expires_at FROM sessions WHERE digest = $1 AND expires_at > $2',
   deleteSession: 'DELETE FROM sessions WHERE digest = $1',
   deleteSessionsOf: 'DELETE FROM sessions WHERE subject = $1',
+  // $1 subject, $2 how many of its sessions stay: the ones that expire last (rules.ts MAX_SESSIONS_PER_SUBJECT).
+  trimSessionsOf: 'DELETE FROM sessions WHERE subject = $1 AND digest NOT IN (SELECT digest FROM sessions WHERE subject = $1 ORDER BY expires_at DESC, digest LIMIT $2)',
 
   insertLoginRequest: 'INSERT INTO login_requests (id, purpose, browser, created_at, expires_at) VALUES ($1, $2, $3, $4, $5)',
   findLoginRequest: 'SELECT id, purpose, browser, created_at, expires_at FROM login_requests WHERE id = $1 AND expires_at > $2',
@@ -248,6 +250,7 @@ export const KEEPS_HOLDINGS: ReadonlySet<Statement> = new Set([
   SQL.denyDevice,
   SQL.redeemDevice,
   SQL.insertSession,
+  SQL.trimSessionsOf,
   SQL.deleteSession,
   SQL.insertLoginRequest,
   SQL.takeLoginRequest,
