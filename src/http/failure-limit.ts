@@ -3,9 +3,11 @@
  * so failures from one address never lock a client out for the addresses that did not fail.
  */
 import { isIPv6 } from 'node:net';
+import type { FastifyReply } from 'fastify';
 import { OAuthError } from '../policy/oauth-error.js';
 import { ASK_AGAIN_MS, ASK_TIMEOUT_MS, BudgetShares, type BudgetLink } from './budget-shares.js';
 import { boundedKey, type FixedWindowLimiter } from './rate-limit.js';
+import { sendErrorPage } from './render-error.js';
 
 export interface FailureLimits {
   /** Failed requests per client per address, per window. */
@@ -313,4 +315,27 @@ export const countsAsFailure = (status: number): boolean => status >= 400 && sta
 /** Counts a refused request (4xx other than 429) that no admission counted (a malformed body, an unknown path) against its address. */
 export function countFailure(limiter: FixedWindowLimiter, inFlight: RequestsInFlight, limits: Pick<FailureLimits, 'addressFailures'>, address: string, status: number, now: number): void {
   if (countsAsFailure(status)) countUsed(limiter, inFlight, [addressKey(limitedAddress(address)), limits.addressFailures], 1, now);
+}
+
+/** What a page needs to let a request in by admitRequest. */
+export interface PageAdmission {
+  readonly failures: FixedWindowLimiter;
+  readonly inFlight: RequestsInFlight;
+  readonly limits: FailureLimits;
+  readonly now: () => number;
+}
+
+/**
+ * A page's `answer`, once the request is let in by admitRequest (its fetches counted first); else the 429 error page.
+ * A refusal the answer renders counts as a failure; one it throws is counted by the app's error handler (transport.ts).
+ */
+export async function answerPageAdmitted(deps: PageAdmission, request: AdmissionRequest, reply: FastifyReply, answer: () => Promise<FastifyReply>): Promise<FastifyReply> {
+  const admitting = admitRequest(deps.failures, deps.inFlight, deps.limits, request, deps.now);
+  const admission = admitting instanceof Promise ? await admitting : admitting;
+  if (!admission.ok) return sendErrorPage(reply, admission.error);
+  try {
+    return await answer();
+  } finally {
+    admission.settle(countsAsFailure(reply.statusCode) ? 'failed' : 'done', deps.now());
+  }
 }

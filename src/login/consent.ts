@@ -8,7 +8,7 @@ import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import type { ClientDirectory } from '../clients/directory.js';
 import type { ClientRecord } from '../config/types.js';
 import type { CookieSettings } from '../http/cookies.js';
-import { admitRequest, countsAsFailure, type FailureLimits, type RequestsInFlight } from '../http/failure-limit.js';
+import { answerPageAdmitted, type FailureLimits, type RequestsInFlight } from '../http/failure-limit.js';
 import type { FixedWindowLimiter } from '../http/rate-limit.js';
 import { formTargetOf, pageHeaders, sendPage } from '../http/pages.js';
 import { EMPTY_PARAMS, parseParams, queryOf, single, type Params } from '../http/params.js';
@@ -87,17 +87,11 @@ async function withPending(deps: ConsentRouteDeps, request: FastifyRequest, repl
   const { authorization } = record.purpose;
   const clientId = authorization.clientId;
   const fetches = (): number => deps.clients.fetchesToResolve(clientId);
-  const admitting = admitRequest(deps.failures, deps.inFlight, deps.limits, { address: request.ip, clientId, fetches }, deps.now);
-  const admission = admitting instanceof Promise ? await admitting : admitting;
-  if (!admission.ok) return sendErrorPage(reply, admission.error);
-  try {
+  return answerPageAdmitted(deps, { address: request.ip, clientId, fetches }, reply, async () => {
     const client = await deps.clients.find(clientId);
     if (client === undefined) return sendErrorPage(reply, expiredSignIn());
-    return await answer({ record, authorization, client, session });
-  } finally {
-    // A refusal answered here counts as a failure; one thrown is counted by the app's error handler (http/transport.ts).
-    admission.settle(countsAsFailure(reply.statusCode) ? 'failed' : 'done', deps.now());
-  }
+    return answer({ record, authorization, client, session });
+  });
 }
 
 function showPage(deps: ConsentRouteDeps, request: FastifyRequest, reply: FastifyReply, pending: Pending): FastifyReply {

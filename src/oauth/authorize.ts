@@ -7,7 +7,7 @@ import { refreshLifetimeOf } from '../policy/grant-eligibility.js';
 import { sameBrowser } from '../session/csrf.js';
 import type { ClientDirectory } from '../clients/directory.js';
 import type { CookieSettings } from '../http/cookies.js';
-import { admitRequest, countsAsFailure, type FailureLimits, type RequestOutcome, type RequestsInFlight } from '../http/failure-limit.js';
+import { admitRequest, answerPageAdmitted, countsAsFailure, type FailureLimits, type RequestOutcome, type RequestsInFlight } from '../http/failure-limit.js';
 import type { FixedWindowLimiter } from '../http/rate-limit.js';
 import { expiredSignIn, isLoginId, startLogin, type LoginStart } from '../session/login-request.js';
 import { pageHeaders } from '../http/pages.js';
@@ -212,15 +212,9 @@ async function resume(deps: AuthorizeRouteDeps, request: FastifyRequest, reply: 
   // Finding the client again may fetch its metadata document: counted against the address as at /authorize (DESIGN.md §9).
   const clientId = authorization.clientId;
   const fetches = (): number => deps.clients.fetchesToResolve(clientId);
-  const admitting = admitRequest(deps.failures, deps.inFlight, deps.limits, { address: request.ip, clientId, fetches }, deps.now);
-  const admission = admitting instanceof Promise ? await admitting : admitting;
-  if (!admission.ok) return sendErrorPage(reply, admission.error);
-  try {
-    return await resumeAdmitted(deps, request, reply, { id: pending.id, createdAt: pending.createdAt, authorization }, session);
-  } finally {
-    // A refusal answered here counts as a failure; one thrown is counted by the app's error handler (http/transport.ts).
-    admission.settle(countsAsFailure(reply.statusCode) ? 'failed' : 'done', deps.now());
-  }
+  return answerPageAdmitted(deps, { address: request.ip, clientId, fetches }, reply, () =>
+    resumeAdmitted(deps, request, reply, { id: pending.id, createdAt: pending.createdAt, authorization }, session),
+  );
 }
 
 /** The rest of a resume, once let in: the client found again, then consent or the code. */
