@@ -5,49 +5,15 @@
  * 2,000 starts left 2,000 rows in federation_states. On every store, against a real oidc-provider as the upstream.
  */
 import assert from 'node:assert/strict';
-import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import type { LightMyRequestResponse } from 'fastify';
-import { MemoryStore } from '../src/store/memory.js';
-import { openStore } from '../src/store/open.js';
-import type { Store } from '../src/store/types.js';
-import { createPostgresDatabase, POSTGRES_SKIP_REASON, POSTGRES_URL } from './helpers/databases.js';
+import { STORE_KINDS, type OpenedStore } from './helpers/databases.js';
 import { cookieJar, ISSUER, testApp, testConfig, webappAuthorizeUrl, type TestApp } from './helpers/app.js';
-import { postgresInspector, sqliteInspector, type StoreInspector } from './helpers/store-inspect.js';
 import { federation, startUpstream, type Upstream } from './helpers/upstream.js';
 
 const ADDRESS_FAILURES = 5;
 const ATTEMPTS = 30;
 
-interface OpenedStore {
-  readonly store: Store;
-  /** Counts rows of the store's tables from outside; absent for the memory store. */
-  readonly inspector?: StoreInspector;
-  cleanup(): Promise<void>;
-}
-
-const KINDS: readonly { name: string; skip?: string; open(): Promise<OpenedStore> }[] = [
-  { name: 'memory', open: async () => ({ store: new MemoryStore(), cleanup: async () => undefined }) },
-  {
-    name: 'sqlite',
-    open: async () => {
-      const folder = await mkdtemp(join(tmpdir(), 'pinpoint-federation-start-'));
-      const path = join(folder, 'pinpoint.db');
-      return { store: await openStore({ kind: 'sqlite', path }), inspector: sqliteInspector(path), cleanup: () => rm(folder, { recursive: true, force: true }) };
-    },
-  },
-  {
-    name: 'postgres',
-    ...(POSTGRES_URL === undefined && { skip: POSTGRES_SKIP_REASON }),
-    open: async () => {
-      const database = await createPostgresDatabase();
-      const store = await openStore({ kind: 'postgres', url: database.url, schema: 'public' });
-      return { store, inspector: postgresInspector(database.url, 'public'), cleanup: database.drop };
-    },
-  },
-];
 
 /** /authorize from `address`: the login request a start names, and the browser's cookies. */
 async function signInStarted(t: TestApp, address: string): Promise<{ loginId: string; cookies: string }> {
@@ -64,7 +30,7 @@ const start = (t: TestApp, address: string, started: { loginId: string; cookies:
 /** The upstream state a start sent the browser with. */
 const stateOf = (response: LightMyRequestResponse): string => new URL(String(response.headers.location)).searchParams.get('state') ?? '';
 
-for (const kind of KINDS) {
+for (const kind of STORE_KINDS) {
   describe(`GET /federation/start counts against the address (${kind.name} store)`, { skip: kind.skip }, () => {
     let upstream: Upstream;
     let opened: OpenedStore;

@@ -4,18 +4,11 @@
  * body is 400 invalid_client_metadata, never a 500 and never stored.
  */
 import assert from 'node:assert/strict';
-import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import type { FastifyInstance, LightMyRequestResponse } from 'fastify';
 import type { Config } from '../src/config/types.js';
-import { MemoryStore } from '../src/store/memory.js';
-import { openStore } from '../src/store/open.js';
-import type { Store } from '../src/store/types.js';
-import { createPostgresDatabase, POSTGRES_SKIP_REASON, POSTGRES_URL } from './helpers/databases.js';
+import { STORE_KINDS, type OpenedStore } from './helpers/databases.js';
 import { basic, postToken, SECRET, testApp, testConfig, type TestApp } from './helpers/app.js';
-import { postgresInspector, sqliteInspector, type StoreInspector } from './helpers/store-inspect.js';
 
 const CALLBACK = 'http://127.0.0.1:33418/callback';
 
@@ -37,35 +30,8 @@ const registerRaw = (app: FastifyInstance, payload: string): Promise<LightMyRequ
 
 const register = (app: FastifyInstance, body: unknown): Promise<LightMyRequestResponse> => registerRaw(app, JSON.stringify(body));
 
-interface OpenedStore {
-  readonly store: Store;
-  /** Counts rows of the store's tables from outside; absent for the memory store. */
-  readonly inspector?: StoreInspector;
-  cleanup(): Promise<void>;
-}
 
-const KINDS: readonly { name: string; skip?: string; open(): Promise<OpenedStore> }[] = [
-  { name: 'memory', open: async () => ({ store: new MemoryStore(), cleanup: async () => undefined }) },
-  {
-    name: 'sqlite',
-    open: async () => {
-      const folder = await mkdtemp(join(tmpdir(), 'pinpoint-register-'));
-      const path = join(folder, 'pinpoint.db');
-      return { store: await openStore({ kind: 'sqlite', path }), inspector: sqliteInspector(path), cleanup: () => rm(folder, { recursive: true, force: true }) };
-    },
-  },
-  {
-    name: 'postgres',
-    ...(POSTGRES_URL === undefined && { skip: POSTGRES_SKIP_REASON }),
-    open: async () => {
-      const database = await createPostgresDatabase();
-      const store = await openStore({ kind: 'postgres', url: database.url, schema: 'public' });
-      return { store, inspector: postgresInspector(database.url, 'public'), cleanup: database.drop };
-    },
-  },
-];
-
-for (const kind of KINDS) {
+for (const kind of STORE_KINDS) {
   describe(`POST /register limits on the ${kind.name} store`, { skip: kind.skip }, () => {
     let t: TestApp;
     let opened: OpenedStore;

@@ -6,6 +6,7 @@ import { MemoryStore } from '../../src/store/memory.js';
 import { openStore } from '../../src/store/open.js';
 import type { Store } from '../../src/store/types.js';
 import { createTestDatabase, type TestDatabase } from './process.js';
+import { postgresInspector, sqliteInspector, type StoreInspector } from './store-inspect.js';
 
 export const POSTGRES_URL = process.env['PINPOINT_TEST_POSTGRES_URL'];
 export const POSTGRES_SKIP_REASON = 'PINPOINT_TEST_POSTGRES_URL not set: set it (e.g. postgres://postgres@127.0.0.1:5432/test) to run this on PostgreSQL';
@@ -21,7 +22,14 @@ export interface StoreKind {
   /** Why this kind cannot run here, if it cannot. */
   readonly skip?: string;
   /** A fresh, empty store; close it, then call `cleanup`. */
-  open(): Promise<{ store: Store; cleanup: () => Promise<void> }>;
+  open(): Promise<OpenedStore>;
+}
+
+/** A store of one kind, and what reads its tables from outside (absent for the memory store). */
+export interface OpenedStore {
+  readonly store: Store;
+  readonly inspector?: StoreInspector;
+  cleanup(): Promise<void>;
 }
 
 export const STORE_KINDS: readonly StoreKind[] = [
@@ -30,8 +38,8 @@ export const STORE_KINDS: readonly StoreKind[] = [
     name: 'sqlite',
     open: async () => {
       const folder = await mkdtemp(join(tmpdir(), 'pinpoint-store-'));
-      const store = await openStore({ kind: 'sqlite', path: join(folder, 'pinpoint.db') });
-      return { store, cleanup: () => rm(folder, { recursive: true, force: true }) };
+      const path = join(folder, 'pinpoint.db');
+      return { store: await openStore({ kind: 'sqlite', path }), inspector: sqliteInspector(path), cleanup: () => rm(folder, { recursive: true, force: true }) };
     },
   },
   {
@@ -40,7 +48,7 @@ export const STORE_KINDS: readonly StoreKind[] = [
     open: async () => {
       const database = await createPostgresDatabase();
       const store = await openStore({ kind: 'postgres', url: database.url, schema: 'public' });
-      return { store, cleanup: database.drop };
+      return { store, inspector: postgresInspector(database.url, 'public'), cleanup: database.drop };
     },
   },
 ];
