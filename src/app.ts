@@ -200,7 +200,7 @@ function federationDeps(services: AppServices, store: Store): FederationRouteDep
     sessionLifetimeMs: services.sessionLifetimeMs,
     failures: services.failures,
     inFlight: services.inFlight,
-    limits: { addressFailures: services.limits.addressFailures },
+    limits: failureLimits(services),
   };
 }
 

@@ -327,15 +327,22 @@ export interface PageAdmission {
 
 /**
  * A page's `answer`, once the request is let in by admitRequest (its fetches counted first); else the 429 error page.
- * A refusal the answer renders counts as a failure; one it throws is counted by the app's error handler (transport.ts).
+ * The answer calls `keep` before it writes what stays on the server (it counts, as a failure does); otherwise a
+ * refusal it renders counts as a failure, and one it throws is counted by the app's error handler (transport.ts).
  */
-export async function answerPageAdmitted(deps: PageAdmission, request: AdmissionRequest, reply: FastifyReply, answer: () => Promise<FastifyReply>): Promise<FastifyReply> {
+export async function answerPageAdmitted(
+  deps: PageAdmission,
+  request: AdmissionRequest,
+  reply: FastifyReply,
+  answer: (keep: () => void) => Promise<FastifyReply>,
+): Promise<FastifyReply> {
   const admitting = admitRequest(deps.failures, deps.inFlight, deps.limits, request, deps.now);
   const admission = admitting instanceof Promise ? await admitting : admitting;
   if (!admission.ok) return sendErrorPage(reply, admission.error);
+  let kept = false;
   try {
-    return await answer();
+    return await answer(() => (kept = true));
   } finally {
-    admission.settle(countsAsFailure(reply.statusCode) ? 'failed' : 'done', deps.now());
+    admission.settle(kept ? 'kept' : countsAsFailure(reply.statusCode) ? 'failed' : 'done', deps.now());
   }
 }

@@ -6,6 +6,7 @@
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
 import formbody from '@fastify/formbody';
+import proxyAddr from '@fastify/proxy-addr';
 import Fastify, { LogController, type FastifyError, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import type { Logger } from 'pino';
 import { bounded } from '../log.js';
@@ -146,18 +147,11 @@ function accessLineWriter(metrics: Metrics): AccessLineWriter {
 }
 
 /**
- * The client's address as Fastify's trustProxy finds it for a routed request: X-Forwarded-For walked from the right
- * while the hop it came through is a trusted proxy (DESIGN.md §3). Only for requests the router refused, whose
- * request object Fastify builds without that setting.
+ * The client's address as Fastify's trustProxy finds it for a routed request (DESIGN.md §3), by the same library
+ * (@fastify/proxy-addr). Only for requests the router refused, whose request object Fastify builds without that setting.
  */
-function forwardedClient(raw: IncomingMessage, trusted: ProxyTrust): string | undefined {
-  const header = raw.headers['x-forwarded-for'];
-  const forwarded = header === undefined ? [] : (Array.isArray(header) ? header.join(',') : header).split(',');
-  const hops = [raw.socket.remoteAddress, ...forwarded.map((hop) => hop.trim()).reverse()];
-  let index = 0;
-  while (index < hops.length - 1 && trusted(hops[index])) index += 1;
-  return hops[index];
-}
+const forwardedClient = (raw: IncomingMessage, trusted: ProxyTrust): string | undefined =>
+  raw.socket.remoteAddress === undefined ? undefined : proxyAddr(raw, (address) => trusted(address));
 
 /**
  * Fastify's frameworkErrors: what its router refuses before any route or hook runs (a path that does not decode,

@@ -3,7 +3,7 @@ import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import * as oidc from 'openid-client';
 import type { FederationRecord } from '../config/types.js';
 import type { CookieSettings } from '../http/cookies.js';
-import { admitAgainstAddress, countsAsFailure, type FailureLimits, type RequestOutcome, type RequestsInFlight } from '../http/failure-limit.js';
+import { answerPageAdmitted, type FailureLimits, type RequestsInFlight } from '../http/failure-limit.js';
 import type { FixedWindowLimiter } from '../http/rate-limit.js';
 import { pageHeaders } from '../http/pages.js';
 import { parseParams, queryOf, single, type Params } from '../http/params.js';
@@ -34,11 +34,11 @@ export interface FederationRouteDeps {
   /** The configured upstreams by name. */
   readonly federations: ReadonlyMap<string, FederationRecord>;
   readonly sessionLifetimeMs: number;
-  /** The per-address failure counter every endpoint shares, and its limit (DESIGN.md §4): each start keeps a row. */
+  /** The per-address failure counter every endpoint shares, and its limits (DESIGN.md §4): each start keeps a row. */
   readonly failures: FixedWindowLimiter;
-  /** This process's requests still being answered, counted against the same limit until they end. */
+  /** This process's requests still being answered, counted against the same limits until they end. */
   readonly inFlight: RequestsInFlight;
-  readonly limits: Pick<FailureLimits, 'addressFailures'>;
+  readonly limits: FailureLimits;
 }
 
 const PENDING_LIFETIME_MS = 10 * 60_000;
@@ -186,38 +186,26 @@ async function authorizationUrl(
  * before anything is read: a loop from one address ends at address_failures with 429. A refusal counts as a failure.
  */
 async function startUpstream(deps: FederationRouteDeps, discover: Discovery, request: FastifyRequest, reply: FastifyReply): Promise<FastifyReply> {
-  const admission = await admitAgainstAddress(deps.failures, deps.inFlight, deps.limits, request.ip, deps.now);
-  if (!admission.ok) return sendErrorPage(reply, admission.error);
-  const tally: { outcome: RequestOutcome } = { outcome: 'done' };
-  try {
-    return await startAdmitted(deps, discover, tally, request, reply);
-  } finally {
-    // An error thrown past here is counted by the app's error handler (http/transport.ts).
-    admission.settle(tally.outcome, deps.now());
-  }
+  return answerPageAdmitted(deps, { address: request.ip, clientId: undefined, fetches: () => 0 }, reply, (keep) => startAdmitted(deps, discover, keep, request, reply));
 }
 
-/** A start once let in; `tally` says what it comes to for the address's budget. */
-async function startAdmitted(deps: FederationRouteDeps, discover: Discovery, tally: { outcome: RequestOutcome }, request: FastifyRequest, reply: FastifyReply): Promise<FastifyReply> {
-  const refuse = (error: OAuthError): FastifyReply => {
-    if (countsAsFailure(error.status)) tally.outcome = 'failed';
-    return sendErrorPage(reply, error);
-  };
+/** A start once let in; `keep` counts it against the address before its state is written. */
+async function startAdmitted(deps: FederationRouteDeps, discover: Discovery, keep: () => void, request: FastifyRequest, reply: FastifyReply): Promise<FastifyReply> {
   const params = parseParams(queryOf(request.url));
   const loginId = single(params, 'login');
   const pending = isLoginId(loginId) ? await deps.store.findLoginRequest(loginId, deps.now()) : undefined;
-  if (pending === undefined) return refuse(expiredSignIn());
+  if (pending === undefined) return sendErrorPage(reply, expiredSignIn());
   const upstream = deps.federations.get(single(params, 'upstream') ?? '');
-  if (upstream === undefined) return refuse(unknownUpstream());
+  if (upstream === undefined) return sendErrorPage(reply, unknownUpstream());
   let configuration: oidc.Configuration;
   try {
     configuration = await discover(upstream);
   } catch (error) {
-    // The upstream's failure (502), not the requester's: it counts nothing.
+    // The upstream's failure (502), not the requester's: its status counts nothing.
     return upstreamFailed(request, reply, upstream, 'discovery', error);
   }
   // Counted before it is written, as /authorize counts a login request.
-  tally.outcome = 'kept';
+  keep();
   const target = await authorizationUrl(deps, request, reply, configuration, upstream, pending.id);
   request.outcome = 'ok';
   return pageHeaders(reply).redirect(target.href, 303);
