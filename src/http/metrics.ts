@@ -201,16 +201,14 @@ export class CarriedSums {
         }
       }
     }
-    for (const [key, { metric, value }] of sums) {
-      if (this.#series.has(key)) continue;
-      const { name, help, type, aggregator } = metric;
-      this.#series.set(key, { metric: { name, help, type, aggregator }, labels: value.labels, metricName: value.metricName, reported: 0, carried: 0 });
+    for (const [key, { metric: { name, help, type, aggregator }, value }] of sums) {
+      if (!this.#series.has(key)) this.#series.set(key, { metric: { name, help, type, aggregator }, labels: value.labels, metricName: value.metricName, reported: 0, carried: 0 });
     }
     const carriedAnswer = new Map<string, MetricJson>();
     for (const [key, series] of this.#series) {
-      const total = (sums.get(key)?.sum ?? 0) + series.carried;
-      if (total < series.reported) series.carried += series.reported - total;
-      series.reported = (sums.get(key)?.sum ?? 0) + series.carried;
+      const sum = sums.get(key)?.sum ?? 0;
+      series.carried = Math.max(series.carried, series.reported - sum);
+      series.reported = sum + series.carried;
       if (series.carried === 0) continue;
       const metric = carriedAnswer.get(series.metric.name) ?? { ...series.metric, values: [] };
       (metric.values as SeriesJson[]).push({ labels: series.labels, value: series.carried, ...(series.metricName !== undefined && { metricName: series.metricName }) });
