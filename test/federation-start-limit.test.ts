@@ -91,5 +91,26 @@ for (const kind of STORE_KINDS) {
       assert.deepEqual(statuses.slice(0, ADDRESS_FAILURES - 1), Array<number>(ADDRESS_FAILURES - 1).fill(400));
       assert.ok(statuses.slice(ADDRESS_FAILURES - 1).every((status) => status === 429), JSON.stringify(statuses));
     });
+
+    test('refused callbacks (a state the server never gave, another browser\'s state) count against their address; other addresses still get through', async () => {
+      const address = '198.51.100.150';
+      const callback = (from: string, query: string, cookie = ''): Promise<LightMyRequestResponse> =>
+        t.app.inject({ url: `/federation/campus/callback?${query}`, remoteAddress: from, headers: { cookie, accept: 'text/html' } });
+      // A real state, taken to a browser that did not start it: refused, and the state stays for its own browser.
+      const other = '203.0.113.77';
+      const started = await start(t, other, await signInStarted(t, other));
+      const realState = stateOf(started);
+      const statuses: number[] = [];
+      for (let i = 0; i < ATTEMPTS; i += 1) {
+        const query = i % 2 === 0 ? `code=x&state=${'A'.repeat(43)}&iss=${encodeURIComponent(upstream.issuer)}` : `code=x&state=${realState}`;
+        statuses.push((await callback(address, query)).statusCode);
+      }
+      assert.deepEqual(statuses.slice(0, ADDRESS_FAILURES), Array<number>(ADDRESS_FAILURES).fill(400), JSON.stringify(statuses));
+      assert.ok(statuses.slice(ADDRESS_FAILURES).every((status) => status === 429), JSON.stringify(statuses));
+      assert.ok(await t.store.findFederationState(realState, Date.now()), "another browser's refused answer leaves the state to its own browser");
+      // The address that started it is not limited by the other's failures: its callback is looked at (here refused as
+      // another browser's, since the test sends no cookie), not answered 429.
+      assert.equal((await callback(other, `code=x&state=${realState}`)).statusCode, 400);
+    });
   });
 }

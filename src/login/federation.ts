@@ -299,8 +299,16 @@ async function signInAs(
   return finishSignIn(deps.store, reply, deps.basePath, login, now);
 }
 
-/** GET /federation/{name}/callback: the upstream's answer, checked, exchanged, then a session. */
+/**
+ * GET /federation/{name}/callback: the upstream's answer, checked, exchanged, then a session. Anyone can call it, so a
+ * refused answer (no such state, another browser's, the upstream's own refusal) counts as a failure of the address
+ * (DESIGN.md §4), and an address over its limit gets the 429 page before a state is looked up.
+ */
 async function upstreamCallback(deps: FederationRouteDeps, discover: Discovery, request: FastifyRequest, reply: FastifyReply): Promise<FastifyReply> {
+  return answerPageAdmitted(deps, { address: request.ip, clientId: undefined, fetches: () => 0 }, reply, () => callbackAdmitted(deps, discover, request, reply));
+}
+
+async function callbackAdmitted(deps: FederationRouteDeps, discover: Discovery, request: FastifyRequest, reply: FastifyReply): Promise<FastifyReply> {
   const named = (request.params as { upstream: string }).upstream;
   const query = queryOf(request.url);
   const params = parseParams(query);
