@@ -239,6 +239,8 @@ describe('metadata-document clients with private_key_jwt (DESIGN.md §13)', () =
   let app: FastifyInstance;
   let documents: MetadataDocuments;
   let docKey: ClientKey;
+  // The document cache's clock runs this far ahead of the real one (the cooldown of a key set fetched again).
+  let skewMs = 0;
 
   before(async () => {
     folder = await mkdtemp(join(tmpdir(), 'pinpoint-pkjwt-docs-'));
@@ -261,7 +263,7 @@ describe('metadata-document clients with private_key_jwt (DESIGN.md §13)', () =
       dynamicClients: { audience: ['https://mcp.example.org/mcp'], metadataDocuments: true, registration: 'off', scopes: ['openid'], refreshReuseGraceMs: 0, allowPrivateAddresses: true },
     };
     const store = new MemoryStore();
-    documents = new MetadataDocuments({ allowPrivateAddresses: true, ca: cert });
+    documents = new MetadataDocuments({ allowPrivateAddresses: true, ca: cert, now: () => Date.now() + skewMs });
     ({ app } = await buildApp({ config, store, keys: await loadSigningKeys(store), documents }));
     await app.ready();
   });
@@ -299,6 +301,38 @@ describe('metadata-document clients with private_key_jwt (DESIGN.md §13)', () =
     served.set('/missing-keys.json', undefined);
     const broken = serveDocument('/broken-uri.json', { token_endpoint_auth_method: 'private_key_jwt', jwks_uri: `${origin}/missing-keys.json` });
     assertInvalidClient(await revokeAs(broken, docKey), /jwks_uri URL answered HTTP 404/);
+  });
+
+  test('a client that rotates the keys at its jwks_uri: an assertion by a key the cached set lacks fetches the set again, at most once a minute per URL', async () => {
+    const first = await newKey('ES256');
+    const second = await newKey('ES256');
+    served.set('/rotating-keys.json', { keys: [{ ...first.publicJwk, kid: 'first' }] });
+    const clientId = serveDocument('/rotating.json', { token_endpoint_auth_method: 'private_key_jwt', jwks_uri: `${origin}/rotating-keys.json` });
+    const revokeWith = async (key: ClientKey, kid?: string): Promise<LightMyRequestResponse> =>
+      post(app, '/revoke', [['token', 'whatever'], ...withAssertion(await assertion(key, { clientId, audience: ISSUER, ...(kid !== undefined && { header: { kid } }) }), clientId)]);
+    assert.equal((await revokeWith(first, 'first')).statusCode, 200);
+    assert.equal(hits.get('/rotating-keys.json'), 1);
+
+    served.set('/rotating-keys.json', { keys: [{ ...second.publicJwk, kid: 'second' }] });
+    // Within a minute of the fetch the set is not fetched again, whatever the assertions name.
+    assertInvalidClient(await revokeWith(second, 'second'), /not signed by a key of this client/);
+    assert.equal(hits.get('/rotating-keys.json'), 1);
+
+    skewMs += 61_000;
+    assert.equal((await revokeWith(second, 'second')).statusCode, 200, 'the rotated key is found by fetching the set again');
+    assert.equal(hits.get('/rotating-keys.json'), 2);
+    assertInvalidClient(await revokeWith(first, 'first'), /not signed by a key of this client/);
+    for (let i = 0; i < 10; i += 1) assertInvalidClient(await revokeWith(await newKey('ES256'), `made-up-${i}`), /not signed by a key of this client/);
+    assert.equal(hits.get('/rotating-keys.json'), 2, 'assertions naming made-up keys fetch nothing more within the minute');
+
+    // A set without kids: an assertion its one key does not verify fetches it again too, once a minute at most.
+    const third = await newKey('ES256');
+    served.set('/rotating-keys.json', { keys: [third.publicJwk] });
+    skewMs += 61_000;
+    assert.equal((await revokeWith(third)).statusCode, 200);
+    assert.equal(hits.get('/rotating-keys.json'), 3);
+    for (let i = 0; i < 5; i += 1) assertInvalidClient(await revokeWith(await newKey('ES256')), /not signed by a key of this client/);
+    assert.equal(hits.get('/rotating-keys.json'), 3);
   });
 
   test('a private_key_jwt document without keys, or with a private key in jwks, names no usable client', async () => {

@@ -4,8 +4,7 @@
  * client_id alone for public ones.
  */
 import { decodeJwt } from 'jose';
-import type { JWTVerifyGetKey } from 'jose';
-import { JWT_BEARER_ASSERTION, verifyClientAssertion } from './private-key-jwt.js';
+import { JWT_BEARER_ASSERTION, verifyClientAssertion, type ClientKeys } from './private-key-jwt.js';
 import type { ClientRecord, ResourceServerRecord } from '../config/types.js';
 import { invalidClient, invalidRequest } from '../policy/oauth-error.js';
 import { formDecodedStrictly, single, type Params } from '../http/params.js';
@@ -94,7 +93,8 @@ export interface AssertionSources {
   readonly issuer: string;
   readonly now: () => number;
   readonly clients: {
-    assertionKeysOf(client: ClientRecord): Promise<{ readonly ok: true; readonly keys: JWTVerifyGetKey } | { readonly ok: false; readonly reason: string }>;
+    assertionKeysOf(client: ClientRecord): Promise<ClientKeys>;
+    refetchedAssertionKeysOf(client: ClientRecord): Promise<ClientKeys | undefined>;
   };
 }
 
@@ -109,8 +109,13 @@ export function assertionVerifier(sources: AssertionSources, ...paths: readonly 
   return async (client, assertion) => {
     const keys = await sources.clients.assertionKeysOf(client);
     if (!keys.ok) throw invalidClient(keys.reason);
-    const now = sources.now();
-    const check = await verifyClientAssertion(assertion, keys.keys, { clientId: client.clientId, issuer: sources.issuer, endpointUrls, now });
+    const expected = { clientId: client.clientId, issuer: sources.issuer, endpointUrls, now: sources.now() };
+    let check = await verifyClientAssertion(assertion, keys.keys, expected);
+    if (!check.ok && check.signerUnknown) {
+      // A key the remembered set lacks: the client may have rotated its keys since the set was fetched.
+      const again = await sources.clients.refetchedAssertionKeysOf(client);
+      if (again?.ok === true) check = await verifyClientAssertion(assertion, again.keys, expected);
+    }
     if (!check.ok) throw invalidClient(check.reason);
     return check.accepted.replay;
   };

@@ -3,8 +3,7 @@
  * every instance sees it), or, when enabled, a client whose client_id is the https URL of its metadata document.
  * Dynamic clients become ClientRecords with the `dynamic_clients` block's audience, scopes and lifetimes.
  */
-import type { JWTVerifyGetKey } from 'jose';
-import { ClientKeySets } from './private-key-jwt.js';
+import { ClientKeySets, type ClientKeys } from './private-key-jwt.js';
 import type { AssertionKeys, ClientRecord, Config, DynamicClientsConfig } from '../config/types.js';
 import { randomText } from '../crypto/random.js';
 import { parseScope } from '../policy/scope.js';
@@ -12,7 +11,7 @@ import type { RegisteredClientRecord, RegisteredClientStore } from '../store/typ
 import type { MetadataDocument, MetadataDocuments } from './metadata-document.js';
 
 /** What fetches, checks and caches client ID metadata documents and their key sets (metadata-document.ts). */
-export type DocumentResolver = Pick<MetadataDocuments, 'resolve' | 'cachedDocument' | 'resolveKeySet' | 'wouldFetch' | 'wouldFetchKeySet'>;
+export type DocumentResolver = Pick<MetadataDocuments, 'resolve' | 'cachedDocument' | 'resolveKeySet' | 'refetchKeySet' | 'wouldFetch' | 'wouldFetchKeySet'>;
 
 export type ClientResolution =
   | { readonly found: true; readonly client: ClientRecord }
@@ -227,9 +226,14 @@ export class ClientDirectory {
   }
 
   /** The keys a private_key_jwt client's assertions verify with (DESIGN.md §13): its JWK Set, or its document's jwks_uri (fetched, cached). */
-  async assertionKeysOf(client: ClientRecord): Promise<{ readonly ok: true; readonly keys: JWTVerifyGetKey } | { readonly ok: false; readonly reason: string }> {
+  async assertionKeysOf(client: ClientRecord): Promise<ClientKeys> {
     if (client.assertionKeys === undefined) return { ok: false, reason: 'this client does not authenticate with private_key_jwt' };
     return this.#keySets.keysOf(client.assertionKeys);
+  }
+
+  /** Its keys fetched again when an assertion named none of them (a jwks_uri's, at most once a minute); else undefined. */
+  async refetchedAssertionKeysOf(client: ClientRecord): Promise<ClientKeys | undefined> {
+    return client.assertionKeys === undefined ? undefined : this.#keySets.refetchedKeysOf(client.assertionKeys);
   }
 
   /** The client, or undefined when there is none usable. */

@@ -59,6 +59,8 @@ const MAX_BYTES = 5 * 1024;
 const MAX_URL_LENGTH = 2048;
 const DEFAULT_FRESH_MS = 5 * 60_000;
 const MAX_FRESH_MS = 24 * 60 * 60_000;
+/** A remembered key set is fetched again for an unknown key at most this often per URL (jose's remote JWK Sets wait 30 s). */
+export const KEY_SET_REFETCH_COOLDOWN_MS = 60_000;
 const FAILURE_MS = 60_000;
 const MAX_ENTRIES = 10_000;
 
@@ -166,6 +168,7 @@ type Check<T> = ({ readonly ok: true } & T) | { readonly ok: false; readonly rea
 
 interface Remembered<T> {
   readonly check: Check<T>;
+  readonly storedAt: number;
   readonly expiresAt: number;
 }
 
@@ -190,7 +193,8 @@ class FetchCache<T> {
     const pending = this.#inFlight.get(url);
     if (pending !== undefined) return { ...(await pending), fetched: false };
     const fetching = fetch().then(({ check, keepMs }) => {
-      if (keepMs > 0) this.#remember(url, { check, expiresAt: this.now() + keepMs });
+      const now = this.now();
+      if (keepMs > 0) this.#remember(url, { check, storedAt: now, expiresAt: now + keepMs });
       return check;
     });
     this.#inFlight.set(url, fetching);
@@ -206,6 +210,14 @@ class FetchCache<T> {
     const remembered = this.#remembered.get(url);
     if (remembered !== undefined && remembered.expiresAt > this.now()) return false;
     return !this.#inFlight.has(url);
+  }
+
+  /** Forgets the answer remembered for `url` if it was fetched at least `ageMs` ago; whether it did. */
+  forgetIfOlder(url: string, ageMs: number): boolean {
+    const remembered = this.#remembered.get(url);
+    if (remembered === undefined || this.now() - remembered.storedAt < ageMs) return false;
+    this.#remembered.delete(url);
+    return true;
   }
 
   /** A remembered, fresh, acceptable answer; never fetches. */
@@ -289,6 +301,16 @@ export class MetadataDocuments {
       }),
     );
     return check;
+  }
+
+  /**
+   * The key set at `url` fetched again, when an assertion names a key the remembered set lacks (OpenID Connect Core
+   * §10.1.1: the client rotated its keys): at most once per KEY_SET_REFETCH_COOLDOWN_MS per URL, so assertions naming
+   * made-up keys cannot make the server fetch more often; undefined when it is not fetched again.
+   */
+  async refetchKeySet(url: string): Promise<KeySetCheck | undefined> {
+    if (!this.#keySets.forgetIfOlder(url, KEY_SET_REFETCH_COOLDOWN_MS)) return undefined;
+    return this.resolveKeySet(url);
   }
 
   /** Closes the connections kept to document hosts. */

@@ -21,7 +21,10 @@ export interface AcceptedAssertion {
   readonly replay: UsedOnce;
 }
 
-export type AssertionCheck = { readonly ok: true; readonly accepted: AcceptedAssertion } | { readonly ok: false; readonly reason: string };
+/** A refusal says whether no key of the set verified its signature (a key set fetched again may hold its key). */
+export type AssertionCheck =
+  | { readonly ok: true; readonly accepted: AcceptedAssertion }
+  | { readonly ok: false; readonly reason: string; readonly signerUnknown: boolean };
 
 export interface AssertionExpectation {
   readonly clientId: string;
@@ -31,10 +34,16 @@ export interface AssertionExpectation {
   readonly now: number;
 }
 
+type KeySetCheck = { readonly ok: true; readonly jwks: JSONWebKeySet } | { readonly ok: false; readonly reason: string };
+
 /** Fetches a metadata document's jwks_uri under the document's fetch rules and cache (metadata-document.ts). */
 export interface KeySetFetcher {
-  resolveKeySet(url: string): Promise<{ readonly ok: true; readonly jwks: JSONWebKeySet } | { readonly ok: false; readonly reason: string }>;
+  resolveKeySet(url: string): Promise<KeySetCheck>;
+  /** The set fetched again for a key it lacked, or undefined when it is not fetched again now (cooldown). */
+  refetchKeySet(url: string): Promise<KeySetCheck | undefined>;
 }
+
+export type ClientKeys = { readonly ok: true; readonly keys: JWTVerifyGetKey } | { readonly ok: false; readonly reason: string };
 
 /** Why jose refused the assertion, in words for the client (never the assertion itself). */
 function joseReason(error: unknown): string {
@@ -90,14 +99,16 @@ export async function verifyClientAssertion(assertion: string, keys: JWTVerifyGe
       currentDate: new Date(expected.now),
     });
   } catch (error) {
-    return { ok: false, reason: joseReason(error) };
+    // No kid matched, or (a key set without kids) the candidate keys did not verify it.
+    const signerUnknown = error instanceof errors.JWKSNoMatchingKey || error instanceof errors.JWSSignatureVerificationFailed;
+    return { ok: false, reason: joseReason(error), signerUnknown };
   }
   const { exp, jti } = payload as { exp: number; jti: unknown };
   if (exp > expected.now / 1000 + MAX_ASSERTION_LIFETIME_SECONDS) {
-    return { ok: false, reason: `the client assertion's exp is more than ${MAX_ASSERTION_LIFETIME_SECONDS / 60} minutes ahead` };
+    return { ok: false, reason: `the client assertion's exp is more than ${MAX_ASSERTION_LIFETIME_SECONDS / 60} minutes ahead`, signerUnknown: false };
   }
   if (!isUsableJti(jti)) {
-    return { ok: false, reason: `the client assertion's jti must be a string of 1 to ${MAX_JTI_LENGTH} characters` };
+    return { ok: false, reason: `the client assertion's jti must be a string of 1 to ${MAX_JTI_LENGTH} characters`, signerUnknown: false };
   }
   const id = sha256(`${expected.clientId}\n${jti}`).toString('hex');
   return { ok: true, accepted: { replay: { id, expiresAt: (exp + 1) * 1000 } } };
@@ -113,17 +124,29 @@ export class ClientKeySets {
   }
 
   /** The keys a client's assertions verify with, or why there are none to use now. */
-  async keysOf(keys: AssertionKeys): Promise<{ readonly ok: true; readonly keys: JWTVerifyGetKey } | { readonly ok: false; readonly reason: string }> {
-    let jwks: JSONWebKeySet;
-    if ('jwks' in keys) jwks = keys.jwks;
-    else {
-      if (this.#fetcher === undefined) return { ok: false, reason: "the client's jwks_uri cannot be fetched here" };
-      const fetched = await this.#fetcher.resolveKeySet(keys.jwksUri);
-      if (!fetched.ok) return fetched;
-      jwks = fetched.jwks;
-    }
+  async keysOf(keys: AssertionKeys): Promise<ClientKeys> {
+    if ('jwks' in keys) return { ok: true, keys: this.#verifierOf(keys.jwks) };
+    if (this.#fetcher === undefined) return { ok: false, reason: "the client's jwks_uri cannot be fetched here" };
+    return this.#usable(await this.#fetcher.resolveKeySet(keys.jwksUri));
+  }
+
+  /**
+   * The keys fetched again, for an assertion that named none of the remembered ones: only a jwks_uri's, and only when
+   * its fetch is older than the cooldown (metadata-document.ts); undefined otherwise.
+   */
+  async refetchedKeysOf(keys: AssertionKeys): Promise<ClientKeys | undefined> {
+    if ('jwks' in keys || this.#fetcher === undefined) return undefined;
+    const fetched = await this.#fetcher.refetchKeySet(keys.jwksUri);
+    return fetched === undefined ? undefined : this.#usable(fetched);
+  }
+
+  #usable(fetched: KeySetCheck): ClientKeys {
+    return fetched.ok ? { ok: true, keys: this.#verifierOf(fetched.jwks) } : fetched;
+  }
+
+  #verifierOf(jwks: JSONWebKeySet): JWTVerifyGetKey {
     let built = this.#built.get(jwks);
     if (built === undefined) this.#built.set(jwks, (built = createLocalJWKSet(jwks)));
-    return { ok: true, keys: built };
+    return built;
   }
 }

@@ -29,7 +29,7 @@ export const newUserCode = (): string => randomCode(USER_CODE_ALPHABET, USER_COD
 export interface DeviceAuthorizationRouteDeps extends FormEndpointDeps {
   readonly store: DeviceCodeStore & ReplayStore;
   /** Clients by client_id, and the keys a private_key_jwt client's assertion is checked with (DESIGN.md §13). */
-  readonly clients: Pick<ClientDirectory, 'find' | 'assertionKeysOf'>;
+  readonly clients: Pick<ClientDirectory, 'find' | 'assertionKeysOf' | 'refetchedAssertionKeysOf'>;
   readonly issuer: string;
 }
 

@@ -34,7 +34,7 @@ const looksLikeJwt = (token: string): boolean => token.split('.').length === 3;
 export interface IntrospectionRouteDeps extends FormEndpointDeps {
   readonly store: IntrospectionStores;
   /** Clients by client_id, and the keys a private_key_jwt client's assertion is checked with (DESIGN.md §13). */
-  readonly clients: Pick<ClientDirectory, 'find' | 'assertionKeysOf'>;
+  readonly clients: Pick<ClientDirectory, 'find' | 'assertionKeysOf' | 'refetchedAssertionKeysOf'>;
   /** The configured resource servers, by label: they introspect with their secret (DESIGN.md §8). */
   readonly resourceServers: ReadonlyMap<string, ResourceServerRecord>;
   readonly issuer: string;

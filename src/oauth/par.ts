@@ -51,7 +51,7 @@ function authorizationParameters(params: Params, clientId: string, proofKey: str
 export interface ParRouteDeps extends FormEndpointDeps {
   readonly store: PushedRequestStore & ReplayStore;
   /** Clients by client_id, and the keys a private_key_jwt client's assertion is checked with (DESIGN.md §13). */
-  readonly clients: Pick<ClientDirectory, 'find' | 'assertionKeysOf'>;
+  readonly clients: Pick<ClientDirectory, 'find' | 'assertionKeysOf' | 'refetchedAssertionKeysOf'>;
   readonly issuer: string;
 }
 

@@ -23,7 +23,7 @@ export type RevocationStores = GrantStore & RefreshTokenStore & RevokedTokenStor
 export interface RevocationRouteDeps extends FormEndpointDeps {
   readonly store: RevocationStores;
   /** Clients by client_id, and the keys a private_key_jwt client's assertion is checked with (DESIGN.md §13). */
-  readonly clients: Pick<ClientDirectory, 'find' | 'assertionKeysOf'>;
+  readonly clients: Pick<ClientDirectory, 'find' | 'assertionKeysOf' | 'refetchedAssertionKeysOf'>;
   readonly issuer: string;
   /** The keys in use now, read at each use: keys rotate while the server runs. */
   readonly keys: () => SigningKeys;

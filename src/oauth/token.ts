@@ -30,7 +30,7 @@ export type GrantTable = ReadonlyMap<string, GrantHandler<unknown>>;
 export interface TokenRouteDeps extends FormEndpointDeps {
   readonly store: TokenStores;
   /** Clients by client_id, and the keys a private_key_jwt client's assertion is checked with (DESIGN.md §13). */
-  readonly clients: Pick<ClientDirectory, 'find' | 'assertionKeysOf' | 'rememberOrigins'>;
+  readonly clients: Pick<ClientDirectory, 'find' | 'assertionKeysOf' | 'refetchedAssertionKeysOf' | 'rememberOrigins'>;
   readonly issuer: string;
   /** The keys in use now, read at each use: keys rotate while the server runs. */
   readonly keys: () => SigningKeys;
