@@ -548,6 +548,24 @@ describe('sign-in and session', () => {
     assertSentToSignIn(await authorize(t.app, requestPairs({ extra: [['prompt', 'login']] }), first.cookies));
   });
 
+  test('signing in again ends the session the browser had: its old cookie no longer gives a code', async () => {
+    const first = await signInForCode(t.app);
+    const asked = await authorize(t.app, requestPairs({ extra: [['prompt', 'login']] }), first.cookies);
+    assertSentToSignIn(asked);
+    let cookies = cookieJar(first.cookies, asked);
+    const page = await t.app.inject({ url: String(asked.headers.location), headers: { cookie: cookies } });
+    cookies = cookieJar(cookies, page);
+    const signedIn = await resubmit(t.app, page, cookies, PASSWORD);
+    assert.equal(signedIn.statusCode, 303, signedIn.body);
+    const renewed = cookieJar(cookies, signedIn);
+    const sessionOf = (jar: string): string => /(?:^|; )pinpoint_session=([^;]*)/.exec(jar)?.[1] ?? '';
+    assert.notEqual(sessionOf(renewed), sessionOf(first.cookies), 'a new session cookie');
+    const withOld = await authorize(t.app, requestPairs({ extra: [['prompt', 'none']] }), `pinpoint_session=${sessionOf(first.cookies)}`);
+    assertErrorRedirect(withOld, 'login_required', 'the person is not signed in');
+    const withNew = await authorize(t.app, requestPairs({ extra: [['prompt', 'none']] }), renewed);
+    assert.ok(new URL(String(withNew.headers.location)).searchParams.get('code'), 'the new session gives a code');
+  });
+
   test('prompt=none without a session redirects with login_required', async () => {
     const response = await authorize(t.app, requestPairs({ extra: [['prompt', 'none']] }));
     assertErrorRedirect(response, 'login_required', 'the person is not signed in');

@@ -293,7 +293,7 @@ async function signInAs(
   const now = deps.now();
   const login = await deps.store.findLoginRequest(pending.loginId, now);
   if (login === undefined) return sendErrorPage(reply, expiredSignIn());
-  await startSession(deps.store, reply, { cookies: deps.cookies, lifetimeMs: deps.sessionLifetimeMs, now }, subject, identity);
+  await startSession(deps.store, request, reply, { cookies: deps.cookies, lifetimeMs: deps.sessionLifetimeMs, now }, subject, identity);
   await deps.store.saveSubjectClaims(subject, identity, now + SUBJECT_CLAIMS_LIFETIME_MS);
   request.log.info({ audit: true, event: 'sign_in', outcome: 'success', user: bounded(subject), method: `federation:${upstream.name}`, address: request.ip }, 'signed in');
   return finishSignIn(deps.store, reply, deps.basePath, login, now);

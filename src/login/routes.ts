@@ -190,7 +190,7 @@ async function signedIn(deps: LoginRouteDeps, request: FastifyRequest, reply: Fa
   await deps.store.clearAttempts(userAtAddress(state.username, address));
   request.log.info({ audit: true, event: 'sign_in', outcome: 'success', user: user.username, method: 'password', address }, 'signed in');
   const now = deps.now();
-  await startSession(deps.store, reply, { cookies: deps.cookies, lifetimeMs: deps.sessionLifetimeMs, now }, user.username, { email: user.email, name: user.name });
+  await startSession(deps.store, request, reply, { cookies: deps.cookies, lifetimeMs: deps.sessionLifetimeMs, now }, user.username, { email: user.email, name: user.name });
   return finishSignIn(deps.store, reply, deps.basePath, state.pending, now);
 }
 

@@ -14,22 +14,35 @@ export interface SessionLookup {
   readonly isKnownSubject: (subject: string) => boolean;
 }
 
+/** The store key of the session the request's cookie names, if it names one of a plausible length. */
+function cookieSessionDigest(request: FastifyRequest, cookies: CookieSettings): string | undefined {
+  const value = readCookie(request.headers.cookie, cookies, SESSION_COOKIE);
+  return value === undefined || value.length === 0 || value.length > 100 ? undefined : digestOf(value);
+}
+
 /** The browser's session; none when its cookie is unknown or expired, or its person has left the configuration. */
 export async function currentSession(lookup: SessionLookup, request: FastifyRequest, now: number): Promise<SessionRecord | undefined> {
-  const value = readCookie(request.headers.cookie, lookup.cookies, SESSION_COOKIE);
-  if (value === undefined || value.length === 0 || value.length > 100) return undefined;
-  const session = await lookup.store.findSession(digestOf(value), now);
+  const digest = cookieSessionDigest(request, lookup.cookies);
+  if (digest === undefined) return undefined;
+  const session = await lookup.store.findSession(digest, now);
   return session !== undefined && lookup.isKnownSubject(session.subject) ? session : undefined;
 }
 
+/**
+ * A new session for `subject` in a fresh cookie. The session the browser's cookie named before is deleted first: a
+ * sign-in ends it (whoever kept a copy of the old cookie can no longer use it, nor can it outlive a later sign-out).
+ */
 export async function startSession(
   sessions: SessionStore,
+  request: FastifyRequest,
   reply: FastifyReply,
   settings: { readonly cookies: CookieSettings; readonly lifetimeMs: number; readonly now: number },
   subject: string,
   claims: SubjectClaims,
 ): Promise<SessionRecord> {
   const { now } = settings;
+  const replaced = cookieSessionDigest(request, settings.cookies);
+  if (replaced !== undefined) await sessions.deleteSession(replaced);
   const secret = newSecret();
   const session: SessionRecord = { digest: secret.digest, subject, claims, authTime: now, expiresAt: now + settings.lifetimeMs };
   await sessions.createSession(session);
@@ -39,7 +52,7 @@ export async function startSession(
 
 /** Ends the browser's session: deletes its row and clears the cookie. Nothing when it has none. */
 export async function endSession(sessions: SessionStore, cookies: CookieSettings, request: FastifyRequest, reply: FastifyReply): Promise<void> {
-  const value = readCookie(request.headers.cookie, cookies, SESSION_COOKIE);
-  if (value !== undefined && value.length > 0 && value.length <= 100) await sessions.deleteSession(digestOf(value));
+  const digest = cookieSessionDigest(request, cookies);
+  if (digest !== undefined) await sessions.deleteSession(digest);
   reply.header('Set-Cookie', serializeCookie(SESSION_COOKIE, '', { ...cookies, maxAge: 0 }));
 }
