@@ -98,6 +98,11 @@ async function registerRoutes(app: FastifyInstance, services: AppServices, store
   );
 }
 
+/** How pages name a client to a person (DESIGN.md §3): a configured client's display_name, else its client_id. */
+function clientTitle(services: AppServices): (clientId: string) => string {
+  return (clientId) => services.config.clients.get(clientId)?.displayName ?? clientId;
+}
+
 /** DESIGN.md §7: the two limits on failed requests, out of the `limits` block. */
 function failureLimits(services: AppServices): FailureLimits {
   const { clientFailures, addressFailures } = services.limits;
@@ -137,6 +142,7 @@ function loginDeps(services: AppServices, store: Store): LoginRouteDeps {
     cookies: services.cookies,
     basePath: services.config.basePath,
     users: services.config.users,
+    clientTitle: clientTitle(services),
     upstreams: [...services.config.federations.values()].map((upstream) => upstream.name),
     failures: services.failures,
     inFlight: services.inFlight,
@@ -183,6 +189,7 @@ function devicePageDeps(services: AppServices, store: Store): DevicePageDeps {
     basePath: services.config.basePath,
     isKnownSubject: services.isKnownSubject,
     signInPage: services.signInPage,
+    clientTitle: clientTitle(services),
     limits: { userCodeFailures, userCodeWindowMs, addressFailures: services.limits.addressFailures },
     failures: services.failures,
     inFlight: services.inFlight,

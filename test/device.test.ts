@@ -34,7 +34,7 @@ const START = Date.parse('2030-01-01T00:00:00Z');
 async function deviceApp(options: { limits?: Partial<AppLimits>; store?: Store } = {}): Promise<TestApp & { advance(seconds: number): void }> {
   const base = await testConfig();
   const clients = new Map(base.clients);
-  clients.set('console', client({ clientId: 'console', kind: 'device', redirectUris: [], scopes: ['openid', 'profile', 'email', 'nfs'] }));
+  clients.set('console', client({ clientId: 'console', kind: 'device', redirectUris: [], scopes: ['openid', 'profile', 'email', 'nfs'], displayName: 'Living-room <console>' }));
   let clock = START;
   const t = await testApp({ config: { ...base, clients }, now: () => clock, limits: options.limits, store: options.store });
   return { ...t, advance: (seconds) => void (clock += seconds * 1000) };
@@ -115,7 +115,8 @@ async function decideThroughPages(app: FastifyInstance, userCode: string, decisi
   const approval = await app.inject({ method: 'GET', url: back, headers: { cookie: cookies } });
   assert.equal(approval.statusCode, 200, approval.body);
   assertPageHeaders(approval);
-  assert.match(approval.body, /<strong>tv<\/strong>|<strong>console<\/strong>/);
+  // DESIGN.md §3: a client's display_name (escaped) where it has one, else its client_id.
+  assert.match(approval.body, /<strong>tv<\/strong>|<strong>Living-room &#60;console&#62;<\/strong>/);
   assert.match(approval.body, /<code>openid<\/code>/);
   assert.ok(approval.body.includes(userCode), 'the approval page shows the code to compare');
   assert.match(approval.body, /name="decision" value="approve"/);
@@ -327,7 +328,8 @@ describe('device flow through the /device pages', () => {
 
   test('a client with several audience entries gets all of them, in config order', async () => {
     const { deviceCode, userCode } = await startDevice(t.app, 'console', 'openid');
-    await decideThroughPages(t.app, userCode, 'approve');
+    const decided = await decideThroughPages(t.app, userCode, 'approve');
+    assert.ok(decided.body.includes('<strong>Living-room &#60;console&#62;</strong> is approved'), 'pages name the client by its display_name');
     t.advance(5);
     const tokens = await poll(t.app, deviceCode, [], 'console');
     assert.equal(tokens.statusCode, 200, tokens.body);

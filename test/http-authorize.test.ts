@@ -548,6 +548,23 @@ describe('sign-in and session', () => {
     assertSentToSignIn(await authorize(t.app, requestPairs({ extra: [['prompt', 'login']] }), first.cookies));
   });
 
+  test("the sign-in page names a configured client by its display_name (escaped), else by its client_id", async () => {
+    const base = await testConfig();
+    const webapp = base.clients.get('webapp');
+    assert.ok(webapp);
+    const named = await testApp({ config: { ...base, clients: new Map([...base.clients, ['webapp', { ...webapp, displayName: 'Web <b>app</b>' }]]) } });
+    try {
+      const asked = await authorize(named.app, requestPairs());
+      const page = await named.app.inject({ url: String(asked.headers.location), headers: { cookie: cookieJar('', asked) } });
+      assert.ok(page.body.includes('to continue to <strong>Web &#60;b&#62;app&#60;/b&#62;</strong>'), page.body);
+    } finally {
+      await named.app.close();
+    }
+    const asked = await authorize(t.app, requestPairs());
+    const page = await t.app.inject({ url: String(asked.headers.location), headers: { cookie: cookieJar('', asked) } });
+    assert.ok(page.body.includes('to continue to <strong>webapp</strong>'), page.body);
+  });
+
   test('signing in again ends the session the browser had: its old cookie no longer gives a code', async () => {
     const first = await signInForCode(t.app);
     const asked = await authorize(t.app, requestPairs({ extra: [['prompt', 'login']] }), first.cookies);

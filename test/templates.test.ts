@@ -30,7 +30,7 @@ const consent: ConsentView = {
 const approval: DeviceApprovalView = {
   basePath: '/auth',
   csrf: 'csrf-token',
-  clientId: SCRIPT,
+  client: SCRIPT,
   userCode: 'WDJBMJHT',
   shownCode: 'WDJB-MJHT',
   scope: ['openid'],

@@ -49,8 +49,8 @@ export interface SignInView {
   readonly basePath: string;
   readonly csrf: string;
   readonly loginId: string;
-  /** The client the sign-in continues to; absent when it is for a device approval. */
-  readonly clientId?: string;
+  /** The client the sign-in continues to, as the person knows it; absent when it is for a device approval. */
+  readonly client?: string;
   /** Whether the username/password form is offered (there are local users). */
   readonly localUsers: boolean;
   /** Names of the upstreams offered as buttons, in configuration order. */
@@ -72,9 +72,9 @@ export function upstreamList(basePath: string, loginId: string, upstreams: reado
 /** The sign-in page: inputs `username`, `password`, `csrf` and `login`, posted to /login (DESIGN.md §4). */
 export function signInPage(view: SignInView): Html {
   const clientLine =
-    view.clientId === undefined
+    view.client === undefined
       ? html`<p class="muted">to approve a device</p>`
-      : html`<p class="muted">to continue to <strong>${view.clientId}</strong></p>`;
+      : html`<p class="muted">to continue to <strong>${view.client}</strong></p>`;
   const localForm = !view.localUsers
     ? NOTHING
     : html`<form method="post" action="${view.basePath}/login">
@@ -158,7 +158,8 @@ ${alertLine(message)}
 export interface DeviceApprovalView {
   readonly basePath: string;
   readonly csrf: string;
-  readonly clientId: string;
+  /** The device's client, as the person knows it (its display_name when it has one). */
+  readonly client: string;
   /** The user code as stored (the form carries it back). */
   readonly userCode: string;
   /** The user code as the device shows it (RFC 8628 §5.4: shown again so a person sent a link can notice). */
@@ -170,7 +171,7 @@ export interface DeviceApprovalView {
 /** The device approval page: approve or deny, posted to /device. */
 export function deviceApprovalPage(view: DeviceApprovalView): Html {
   return html`<h1>Approve a device</h1>
-<p><strong>${view.clientId}</strong> asks to act on your behalf.</p>
+<p><strong>${view.client}</strong> asks to act on your behalf.</p>
 <p class="muted">Only continue if your device shows the code <code>${view.shownCode}</code>.</p>
 <p>It asks for:</p>
 ${scopeList(view.scope)}
@@ -179,14 +180,14 @@ ${decisionForm(`${view.basePath}/device`, view.csrf, { name: 'user_code', value:
 ${signOutForm(view.basePath, view.csrf)}`;
 }
 
-export function deviceApprovedPage(clientId: string): Html {
+export function deviceApprovedPage(client: string): Html {
   return html`<h1>Device connected</h1>
-<p><strong>${clientId}</strong> is approved. Return to your device; it continues by itself.</p>`;
+<p><strong>${client}</strong> is approved. Return to your device; it continues by itself.</p>`;
 }
 
-export function deviceDeniedPage(clientId: string): Html {
+export function deviceDeniedPage(client: string): Html {
   return html`<h1>Request denied</h1>
-<p><strong>${clientId}</strong> gets no access. You can close this page.</p>`;
+<p><strong>${client}</strong> gets no access. You can close this page.</p>`;
 }
 
 export interface LogoutConfirmationView {

@@ -27,6 +27,8 @@ export interface DevicePageDeps {
   readonly isKnownSubject: (subject: string) => boolean;
   /** Where a sign-in starts: the sign-in page, or the only upstream. */
   readonly signInPage: (loginId: string) => string;
+  /** The name the page shows for a client (its display_name when it has one). */
+  readonly clientTitle: (clientId: string) => string;
   /** RFC 8628 §5.1: wrong user codes per address per window; address_failures for the sign-ins it keeps (DESIGN.md §4). */
   readonly limits: { readonly userCodeFailures: number; readonly userCodeWindowMs: number; readonly addressFailures: number };
   /** The per-address failure counter every endpoint shares: a kept sign-in request counts against it. */
@@ -52,7 +54,7 @@ function approvalPage(deps: DevicePageDeps, request: FastifyRequest, reply: Fast
   const body = deviceApprovalPage({
     basePath: deps.basePath,
     csrf: csrfToken(deps.cookies, request, reply),
-    clientId: record.clientId,
+    client: deps.clientTitle(record.clientId),
     userCode: record.userCode,
     shownCode: formatUserCode(record.userCode),
     scope: record.scope,
@@ -112,8 +114,8 @@ async function decide(
   request.outcome = approved ? 'ok' : 'access_denied';
   request.log.info({ client_id: record.clientId, approved }, 'device authorization decided');
   return approved
-    ? sendPage(reply, 200, 'Device connected', deviceApprovedPage(record.clientId))
-    : sendPage(reply, 200, 'Request denied', deviceDeniedPage(record.clientId));
+    ? sendPage(reply, 200, 'Device connected', deviceApprovedPage(deps.clientTitle(record.clientId)))
+    : sendPage(reply, 200, 'Request denied', deviceDeniedPage(deps.clientTitle(record.clientId)));
 }
 
 /** GET: the entry form (prefilled from verification_uri_complete), or straight to approval when signed in. */

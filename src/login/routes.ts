@@ -42,6 +42,8 @@ export interface LoginRouteDeps {
   readonly cookies: CookieSettings;
   readonly basePath: string;
   readonly users: ReadonlyMap<string, UserRecord>;
+  /** The name the page shows for a client (its display_name when it has one). */
+  readonly clientTitle: (clientId: string) => string;
   /** Names of the configured upstreams, offered as buttons beside the form. */
   readonly upstreams: readonly string[];
   /** The per-address failure counter every endpoint shares (DESIGN.md §7). */
@@ -79,7 +81,7 @@ function showForm(deps: LoginRouteDeps, request: FastifyRequest, reply: FastifyR
     basePath: deps.basePath,
     csrf: csrfToken(deps.cookies, request, reply),
     loginId: state.loginId,
-    ...(purpose.kind === 'authorize' && { clientId: purpose.authorization.clientId }),
+    ...(purpose.kind === 'authorize' && { client: deps.clientTitle(purpose.authorization.clientId) }),
     localUsers: deps.users.size > 0,
     upstreams: deps.upstreams,
     username: state.username ?? '',
