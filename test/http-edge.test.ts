@@ -5,7 +5,7 @@ import { after, before, describe, test } from 'node:test';
 import pino from 'pino';
 import { STORE_KINDS } from './helpers/databases.js';
 import { exchange } from './helpers/raw-http.js';
-import { appPerSuite, basic, cookieJar, form, hiddenInput, postToken, SECRET, testApp, type TestApp, webappAuthorizeUrl } from './helpers/app.js';
+import { appPerSuite, basic, cookieJar, form, hiddenInput, postToken, SECRET, testApp, testConfig, type TestApp, webappAuthorizeUrl } from './helpers/app.js';
 
 const raw = (...parts: (string | number[])[]): Buffer => Buffer.concat(parts.map((part) => (typeof part === 'string' ? Buffer.from(part, 'latin1') : Buffer.from(part))));
 
@@ -57,6 +57,24 @@ describe('requests Node\'s HTTP parser refuses', () => {
       assert.ok(!JSON.stringify(lines).includes('hunter2'), 'never the query');
     } finally {
       await logged.app.close();
+    }
+  });
+
+  test('an https issuer: HSTS on these answers too, pages and JSON alike; a page also says no-referrer (DESIGN.md §7)', async () => {
+    const page = await exchange(port, raw('GET /authorize HTTP/1.1\r\nHost: 127.0.0.1\r\nthis line is no header\r\n\r\n'));
+    assert.doesNotMatch(page, /Strict-Transport-Security/i, 'no HSTS over plain http');
+    assert.match(page, /\r\nReferrer-Policy: no-referrer\r\n/i);
+    const https = await testApp({ config: await testConfig({ baseUrl: 'https://auth.example.org' }) });
+    try {
+      await https.app.listen({ host: '127.0.0.1', port: 0 });
+      const httpsPort = (https.app.server.address() as { port: number }).port;
+      for (const path of ['/authorize', '/token']) {
+        const answer = await exchange(httpsPort, raw(`GET ${path} HTTP/1.1\r\nHost: 127.0.0.1\r\nthis line is no header\r\n\r\n`));
+        assert.match(answer, /^HTTP\/1\.1 400 Bad Request\r\n/, answer);
+        assert.match(answer, /\r\nStrict-Transport-Security: max-age=31536000\r\n/i, `${path}: ${answer}`);
+      }
+    } finally {
+      await https.app.close();
     }
   });
 

@@ -70,6 +70,8 @@ export function clientErrorHandler(options: {
   readonly trusted: (address: string | undefined) => boolean;
   /** Counts a refused request against its address (DESIGN.md §4: malformed requests are failures too). */
   readonly countFailure: (address: string, status: number) => void;
+  /** The HSTS header line every answer of an https issuer carries (DESIGN.md §7), or undefined. */
+  readonly strictTransport: string | undefined;
 }): (error: Error & { code?: string; rawPacket?: unknown }, socket: Socket) => void {
   const { basePath, log, requests } = options;
   // A socket answered here gets no second answer (nor access line) when the client then closes mid-request.
@@ -95,7 +97,11 @@ export function clientErrorHandler(options: {
     const api = isApiPath(path, basePath);
     const body = api ? JSON.stringify({ error: 'invalid_request', error_description: description }) : errorPageHtml('invalid_request', description);
     const requestId = randomUUID();
-    const headers = [...(api ? ['Content-Type: application/json; charset=utf-8', 'Cache-Control: no-store'] : RAW_PAGE_HEADERS), `X-Request-Id: ${requestId}`];
+    const headers = [
+      ...(api ? ['Content-Type: application/json; charset=utf-8', 'Cache-Control: no-store'] : RAW_PAGE_HEADERS),
+      ...(options.strictTransport === undefined ? [] : [options.strictTransport]),
+      `X-Request-Id: ${requestId}`,
+    ];
     const method = received?.method ?? /^([A-Z]{1,16}) /.exec(raw)?.[1];
     log.info({ reqId: requestId, ...(method !== undefined && { method }), path: bounded(path), status, address, outcome }, 'request');
     if (socket.writable) {

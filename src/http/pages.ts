@@ -113,5 +113,6 @@ export const RAW_PAGE_HEADERS = [
   'Cache-Control: no-store',
   "Content-Security-Policy: default-src 'none'; style-src 'unsafe-inline'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'",
   'X-Frame-Options: DENY',
+  'Referrer-Policy: no-referrer',
   'X-Content-Type-Options: nosniff',
 ] as const;

@@ -108,6 +108,7 @@ function createFastify(options: TransportOptions, requests: RequestsBeingReceive
       requests,
       trusted,
       countFailure: options.countFailure,
+      strictTransport: isHttpsIssuer(options) ? STRICT_TRANSPORT.join(': ') : undefined,
     }),
     frameworkErrors: routerRefusal(options, trusted, accessLine),
     // node:https takes node:http's server options beside the TLS ones; Fastify hands `http` to node:http only.
