@@ -66,6 +66,7 @@ export async function buildApp(options: BuildAppOptions): Promise<{ app: Fastify
     isClientOrigin: (origin) => clients.isClientOrigin(origin),
     countFailure: (address, status) => countFailure(services.failures, services.inFlight, services.limits, address, status, services.now()),
     requestTimeoutMs: services.limits.requestTimeoutMs,
+    addressConnections: services.limits.addressConnections,
   });
   await registerRoutes(app, services, store);
   return { app, ctx: services };

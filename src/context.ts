@@ -40,6 +40,8 @@ export interface AppLimits {
   readonly passwordChecksWaiting: number;
   /** A request's headers and body must arrive within this: a sender that trickles them is answered 408 and closed. */
   readonly requestTimeoutMs: number;
+  /** Connections one address may hold open at once in this process (trusted proxies are not counted). */
+  readonly addressConnections: number;
 }
 
 /** The limits the config file does not set (DESIGN.md §4, §11); its `limits` block, always filled, sets the others. */

@@ -97,7 +97,7 @@ describe('a valid configuration', () => {
     assert.equal(client.refreshReuseGraceMs, 0);
     assert.equal(config.users.get('alice')?.passwordHash, HASH);
     assert.deepEqual(config.trustedProxies, []);
-    assert.deepEqual(config.limits, { clientFailures: 300, addressFailures: 300, loginFailures: 10, loginFailuresAny: 100, userCodeFailures: 20, passwordHashes: 2 });
+    assert.deepEqual(config.limits, { clientFailures: 300, addressFailures: 300, loginFailures: 10, loginFailuresAny: 100, userCodeFailures: 20, passwordHashes: 2, addressConnections: 512 });
     assert.equal(config.metrics, undefined);
     assert.equal(config.resourceServers.size, 0);
     assert.equal(config.dynamicClients, undefined);
@@ -675,7 +675,7 @@ describe('config.example.hcl, with its commented examples turned on', () => {
       'secrets/api.secret': { text: 'api-secret\n' },
     });
     assert.deepEqual(config.trustedProxies, ['127.0.0.1', '10.0.0.0/8']);
-    assert.deepEqual(config.limits, { clientFailures: 300, addressFailures: 300, loginFailures: 10, loginFailuresAny: 100, userCodeFailures: 20, passwordHashes: 2 });
+    assert.deepEqual(config.limits, { clientFailures: 300, addressFailures: 300, loginFailures: 10, loginFailuresAny: 100, userCodeFailures: 20, passwordHashes: 2, addressConnections: 512 });
     assert.deepEqual(config.metrics, { listen: { host: '127.0.0.1', port: 9464 } });
     const webapp = config.clients.get('webapp');
     assert.equal(webapp?.displayName, 'Demo web app');
@@ -751,10 +751,12 @@ describe('limits', () => {
   user_code_failures = 5
 }
 `);
-    assert.deepEqual(all.config.limits, { clientFailures: 1000, addressFailures: 2000, loginFailures: 3, loginFailuresAny: 50, userCodeFailures: 5, passwordHashes: 2 });
+    assert.deepEqual(all.config.limits, { clientFailures: 1000, addressFailures: 2000, loginFailures: 3, loginFailuresAny: 50, userCodeFailures: 5, passwordHashes: 2, addressConnections: 512 });
     assert.ok(Object.isFrozen(all.config.limits));
+    const connections = await load(`${VALID}limits {\n  address_connections = 64\n}\n`);
+    assert.equal(connections.config.limits.addressConnections, 64);
     const some = await load(`${VALID}limits {\n  login_failures = 1000000\n}\n`);
-    assert.deepEqual(some.config.limits, { clientFailures: 300, addressFailures: 300, loginFailures: 1_000_000, loginFailuresAny: 100, userCodeFailures: 20, passwordHashes: 2 });
+    assert.deepEqual(some.config.limits, { clientFailures: 300, addressFailures: 300, loginFailures: 1_000_000, loginFailuresAny: 100, userCodeFailures: 20, passwordHashes: 2, addressConnections: 512 });
   });
 
   test('each limit is a whole number from 1 to 1000000, without quotes', async () => {
@@ -764,6 +766,7 @@ describe('limits', () => {
   login_failures     = 2.5
   login_failures_any = "100"
   user_code_failures = true
+  address_connections = 0
 }
 `);
     assertProblem(lines, `${file}:11: limits: client_failures is 0; use a whole number from 1 to 1000000`);
@@ -771,7 +774,8 @@ describe('limits', () => {
     assertProblem(lines, `${file}:13: limits: login_failures is 2.5; use a whole number`);
     assertProblem(lines, `${file}:14: limits: login_failures_any must be a number without quotes`);
     assertProblem(lines, `${file}:15: limits: user_code_failures must be a whole number`);
-    assert.equal(lines.length, 5, lines.join('\n'));
+    assertProblem(lines, `${file}:16: limits: address_connections is 0; use a whole number from 1 to 1000000`);
+    assert.equal(lines.length, 6, lines.join('\n'));
   });
 
   test('an unknown attribute is named with a suggestion; the block is written once', async () => {

@@ -497,6 +497,7 @@ function buildLimits(instance: BlockInstance | undefined, findings: Findings): L
     loginFailuresAny: value.login_failures_any ?? DEFAULT_LIMITS.loginFailuresAny,
     userCodeFailures: value.user_code_failures ?? DEFAULT_LIMITS.userCodeFailures,
     passwordHashes: value.password_hashes ?? DEFAULT_LIMITS.passwordHashes,
+    addressConnections: value.address_connections ?? DEFAULT_LIMITS.addressConnections,
   };
 }
 

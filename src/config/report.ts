@@ -266,7 +266,7 @@ function audienceTable(audience: readonly AudienceFacts[]): string[] {
 function describeLimits(limits: LimitsConfig): string {
   const perMinute = `client_failures ${limits.clientFailures}, address_failures ${limits.addressFailures} per minute`;
   const perWindow = `login_failures ${limits.loginFailures}, login_failures_any ${limits.loginFailuresAny}, user_code_failures ${limits.userCodeFailures} per 15 minutes`;
-  return `${perMinute}; ${perWindow}`;
+  return `${perMinute}; ${perWindow}; address_connections ${limits.addressConnections} open at once`;
 }
 
 function describeWorkers(workers: number | 'auto'): string {

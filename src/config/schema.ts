@@ -201,6 +201,8 @@ export const DEFAULT_LIMITS: LimitsConfig = Object.freeze({
   loginFailuresAny: 100,
   userCodeFailures: 20,
   passwordHashes: 2,
+  // Browsers open at most 6 per host; this leaves room for an office behind one address, not for a flood.
+  addressConnections: 512,
 });
 
 export const limitsSpec = spec(
@@ -211,6 +213,7 @@ export const limitsSpec = spec(
     login_failures_any: limit.optional(),
     user_code_failures: limit.optional(),
     password_hashes: passwordHashes.optional(),
+    address_connections: limit.optional(),
   }),
 );
 

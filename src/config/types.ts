@@ -108,6 +108,8 @@ export interface LimitsConfig {
   readonly userCodeFailures: number;
   /** Password checks running at once per process, each about 128 MiB at the default cost (DESIGN.md §11). */
   readonly passwordHashes: number;
+  /** Connections one address (an IPv6 /64) may hold open at once, per process; trusted proxies are not counted. */
+  readonly addressConnections: number;
 }
 
 /** A resource server that may call /introspect (DESIGN.md §8); its label is an audience entry that can be named. */

@@ -14,6 +14,7 @@ export interface Metrics {
   readonly oauthErrors: Counter<'code'>;
   readonly refreshReuse: Counter;
   readonly storeOperations: Histogram<'operation'>;
+  readonly connectionsRefused: Counter;
 }
 
 /** Seconds: request and store latencies of an authorization server sit between 0.1 ms and a few seconds. */
@@ -30,6 +31,11 @@ export function createMetrics(options: { processMetrics: boolean; worker?: strin
     tokensIssued: new Counter({ name: 'pinpoint_tokens_issued_total', help: 'Access tokens issued, by grant type', labelNames: ['grant_type'], registers: [registry] }),
     oauthErrors: new Counter({ name: 'pinpoint_oauth_errors_total', help: 'OAuth error answers, by error code', labelNames: ['code'], registers: [registry] }),
     refreshReuse: new Counter({ name: 'pinpoint_refresh_reuse_detected_total', help: 'Replayed codes and rotated refresh tokens that revoked their grant', registers: [registry] }),
+    connectionsRefused: new Counter({
+      name: 'pinpoint_connections_refused_total',
+      help: 'Connections closed at once because their address held limits.address_connections open',
+      registers: [registry],
+    }),
     storeOperations: new Histogram({
       name: 'pinpoint_store_operation_duration_seconds',
       help: 'State store operations, by operation',

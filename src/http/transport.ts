@@ -12,6 +12,7 @@ import type { Logger } from 'pino';
 import { bounded } from '../log.js';
 import { OAuthError } from '../policy/oauth-error.js';
 import { clientErrorHandler, isApiPath, RequestsBeingReceived } from './client-error.js';
+import { capConnectionsPerAddress } from './connection-cap.js';
 import { corsHook } from './cors.js';
 import { requestRecorder, type Metrics } from './metrics.js';
 import { LIMITS, parseParams, pathOf } from './params.js';
@@ -45,6 +46,8 @@ export interface TransportOptions {
   readonly countFailure: (address: string, status: number) => void;
   /** Headers and body must arrive within this (Node's requestTimeout and headersTimeout); then 408 and the socket closed. */
   readonly requestTimeoutMs: number;
+  /** Connections one client address may hold open at once (connection-cap.ts). */
+  readonly addressConnections: number;
 }
 
 /** A Fastify instance with every cross-cutting part in place and no route yet. */
@@ -52,6 +55,11 @@ export async function createTransport(options: TransportOptions): Promise<Fastif
   const requests = new RequestsBeingReceived();
   const accessLine = accessLineWriter(options.metrics);
   const app = createFastify(options, requests, accessLine);
+  capConnectionsPerAddress(app.server, {
+    perAddress: options.addressConnections,
+    trusted: proxyTrust(options.trustedProxies),
+    refused: refusalReporter(options),
+  });
   app.decorateRequest('clientId', undefined);
   app.decorateRequest('outcome', undefined);
   app.decorateRequest('audit', undefined);
@@ -71,6 +79,24 @@ export async function createTransport(options: TransportOptions): Promise<Fastif
   }
   addErrorAnswers(app, options);
   return app;
+}
+
+/** How often at most a warning says that connections are being refused, so a flood of them is not a flood of lines. */
+const REFUSAL_WARNING_MS = 10_000;
+
+/** Each connection refused by the cap is counted in /metrics; a warning line names an address at most every 10 s. */
+function refusalReporter(options: TransportOptions): (address: string) => void {
+  let warnedAt = -Infinity;
+  let refusedSince = 0;
+  return (address) => {
+    options.metrics.connectionsRefused.inc();
+    refusedSince += 1;
+    const now = performance.now();
+    if (now - warnedAt < REFUSAL_WARNING_MS) return;
+    options.logger.warn({ address, refused: refusedSince, limit: options.addressConnections }, 'connections refused: this address holds limits.address_connections open');
+    warnedAt = now;
+    refusedSince = 0;
+  };
 }
 
 /** RFC 6797: an https issuer tells browsers to use nothing else for a year. */
