@@ -112,7 +112,15 @@ function failureLimits(services: AppServices): FailureLimits {
 
 /** The front every form endpoint shares: the failure counter and its two limits (DESIGN.md §7), the clock. */
 function formFront(services: AppServices): FormEndpointDeps {
-  return { failures: services.failures, inFlight: services.inFlight, limits: failureLimits(services), now: services.now, fetchesToResolve: (clientId, withAssertion) => services.clients.fetchesToResolve(clientId, withAssertion) };
+  const { clients } = services;
+  return {
+    failures: services.failures,
+    inFlight: services.inFlight,
+    limits: failureLimits(services),
+    now: services.now,
+    fetchesToResolve: (clientId, withAssertion) => clients.fetchesToResolve(clientId, withAssertion),
+    isKnownClient: (clientId) => clients.isKnownClient(clientId),
+  };
 }
 
 function metadataDocument(services: AppServices): MetadataDocumentDeps {

@@ -81,6 +81,33 @@ describe('logs hold no secret, at level trace, through a real socket', () => {
     }
   });
 
+  test('a secret or token sent where the client_id goes (fields swapped) is not logged as the client_id; a known client_id is', async () => {
+    const refreshToken = 'a1b2c3d4-refresh.Zm9vYmFyYmF6cXV4';
+    const before = lines.length;
+    const statuses: number[] = [];
+    for (const [headers, pairs] of [
+      [{}, [['grant_type', 'refresh_token'], ['client_id', refreshToken], ['refresh_token', 'webapp']]],
+      [{ authorization: basic(SECRET, 'webapp') }, [['grant_type', 'client_credentials']]],
+      [{ authorization: basic('webapp', 'not-the-secret') }, [['grant_type', 'client_credentials']]],
+    ] as const) {
+      const response = await fetch(`http://127.0.0.1:${port}/token`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/x-www-form-urlencoded', ...headers },
+        body: form(pairs as unknown as [string, string][]),
+      });
+      statuses.push(response.status);
+    }
+    assert.deepEqual(statuses, [401, 401, 401]);
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    const written = lines.slice(before);
+    for (const line of written) {
+      assert.ok(!line.includes(refreshToken), `a log line holds the refresh token: ${line}`);
+      assert.ok(!line.includes(SECRET), `a log line holds the secret: ${line}`);
+    }
+    const clientIds = written.map((line) => JSON.parse(line) as Record<string, unknown>).filter((record) => record.msg === 'request').map((record) => record.client_id);
+    assert.deepEqual(clientIds, [undefined, undefined, 'webapp']);
+  });
+
   test('access lines: address and request id; X-Request-Id on every answer, never copied from the client; request values cut at 256 characters', async () => {
     const longClient = 'c'.repeat(10_000);
     const response = await fetch(`http://127.0.0.1:${port}/token`, {

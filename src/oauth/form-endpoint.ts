@@ -16,6 +16,8 @@ export interface FormEndpointDeps {
   readonly now: () => number;
   /** How many fetches resolving this client_id (with an assertion: and its key set) would make now (clients/directory.ts). */
   readonly fetchesToResolve: (clientId: string, withAssertion: boolean) => number;
+  /** Whether a client_id may name a client, reading nothing (clients/directory.ts isKnownClient). */
+  readonly isKnownClient: (clientId: string) => boolean;
 }
 
 /** A form endpoint's answer; `kept` when it made the server keep something, which counts against the address (DESIGN.md §4). */
@@ -35,7 +37,9 @@ export async function handleFormEndpoint(
   const params = (request.body as Params | undefined) ?? EMPTY_PARAMS;
   const presented = readClientCredentials(request.headers.authorization, params);
   const clientId = presented.claimedClientId;
-  request.clientId = clientId;
+  // The access line names only a client_id that can be one: a client that swapped its fields sends a secret or a
+  // refresh token here, which no log line may hold (DESIGN.md §7).
+  request.clientId = clientId !== undefined && deps.isKnownClient(clientId) ? clientId : undefined;
   // DESIGN.md §9: a document fetch counts against the address, before it starts and in the same step as the check,
   // so neither a success nor a burst of parallel requests makes the server fetch beyond the address's limit.
   const withAssertion = presented.assertion?.jwt !== undefined;
