@@ -213,7 +213,10 @@ async function grantsCommand(sub: string | undefined, args: readonly string[], v
       const id = args[0];
       const chosen = [id, values.user, values.client].filter((value) => value !== undefined).length;
       if (chosen !== 1) throw new UsageError('grants revoke needs exactly one of ID, --user U or --client C');
-      return (await withStore(configFile(), (store) => revokeGrants(store, id !== undefined ? { grantId: id } : filter, process.stdout, process.stderr))) as number;
+      // The audit line goes to stderr as a pino JSON line, as the server writes its own (stdout has the counts).
+      const auditLog = (await import('./log.js')).createLogger('info', process.stderr);
+      const audit = (fields: Record<string, unknown>, message: string): void => auditLog.info(fields, message);
+      return (await withStore(configFile(), (store) => revokeGrants(store, id !== undefined ? { grantId: id } : filter, process.stdout, process.stderr, audit))) as number;
     }
     default:
       throw new UsageError(sub === undefined ? 'grants needs list or revoke' : `unknown grants command ${JSON.stringify(sub)}`);

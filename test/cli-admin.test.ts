@@ -66,11 +66,20 @@ describe('pinpoint keys and grants on a SQLite file a server is using', () => {
     assert.equal(revoked.code, 0, revoked.stderr);
     assert.match(revoked.stdout, /^1 grant revoked$/m);
     assert.match(revoked.stdout, /^1 session ended$/m);
+    // DESIGN.md §10: a revocation writes an audit line, the CLI's on stderr.
+    const audits = revoked.stderr.split('\n').filter((line) => line.startsWith('{')).map((line) => JSON.parse(line) as Record<string, unknown>);
+    assert.equal(audits.length, 1, revoked.stderr);
+    assert.deepEqual(
+      [audits[0]?.audit, audits[0]?.event, audits[0]?.by, audits[0]?.user, audits[0]?.grants, audits[0]?.sessions],
+      [true, 'revocation', 'cli', 'alice', 1, 1],
+    );
     assert.equal(await isActive(tokens.access_token), false, "the CLI's revocation, made by another process, shows at once at /introspect");
     const refreshed = await postToken(deployment.baseUrl, [['grant_type', 'refresh_token'], ['refresh_token', tokens.refresh_token ?? '']]);
     assert.equal(refreshed.status, 400);
     assert.equal(refreshed.body.error, 'invalid_grant');
-    assert.equal((await run(['grants', 'revoke', 'no-such-grant', ...config()])).code, 1);
+    const missing = await run(['grants', 'revoke', 'no-such-grant', ...config()]);
+    assert.equal(missing.code, 1);
+    assert.ok(!missing.stderr.includes('"audit":true'), 'nothing revoked, no audit line');
     const both = await run(['grants', 'revoke', 'some-id', '--client', 'webapp', ...config()]);
     assert.equal(both.code, 2, 'exactly one of ID, --user, --client');
   });

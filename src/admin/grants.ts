@@ -31,30 +31,39 @@ export async function listGrants(store: GrantAdminStore, filter: GrantFilter, ou
 
 export type RevokeTarget = { readonly grantId: string } | GrantFilter;
 
+/** Writes one audit line (DESIGN.md §10: revocation), as the server's log would. */
+export type AuditLine = (fields: Record<string, unknown>, message: string) => void;
+
 /**
  * Revokes one grant, or every grant of a user (ending their sessions too) or of a client (removing its registration
- * too, when it registered itself: DESIGN.md §9); prints the counts.
+ * too, when it registered itself: DESIGN.md §9); prints the counts, and an audit line when it took anything back.
  */
 export async function revokeGrants(
   store: GrantStore & GrantAdminStore & SessionStore & RegisteredClientStore,
   target: RevokeTarget,
   out: Output,
   err: Output,
+  audit: AuditLine,
   now = Date.now(),
 ): Promise<number> {
+  const revocation = { audit: true, event: 'revocation', by: 'cli' };
   if ('grantId' in target) {
     const found = await store.findGrant(target.grantId, now);
     if (found !== undefined) await store.revokeGrant(target.grantId);
     out.write(`${counted(found === undefined ? 0 : 1, 'grant')} revoked\n`);
     // As `keys retire` says of a kid: exit 1 and why, so a script that mistyped an id does not take it for done.
     if (found === undefined) err.write(`pinpoint: there is no live grant ${target.grantId}\n`);
+    else audit({ ...revocation, grant_id: target.grantId, user: found.subject, client_id: found.clientId }, 'grant revoked');
     return found === undefined ? 1 : 0;
   }
-  out.write(`${counted(await store.revokeGrants(target), 'grant')} revoked\n`);
-  if (target.subject !== undefined) {
-    const sessions = await store.deleteSessionsOf(target.subject);
-    out.write(`${counted(sessions, 'session')} ended\n`);
+  const grants = await store.revokeGrants(target);
+  out.write(`${counted(grants, 'grant')} revoked\n`);
+  const sessions = target.subject === undefined ? 0 : await store.deleteSessionsOf(target.subject);
+  if (target.subject !== undefined) out.write(`${counted(sessions, 'session')} ended\n`);
+  const registration = target.clientId !== undefined && (await store.deleteRegisteredClient(target.clientId));
+  if (registration) out.write('1 registered client removed\n');
+  if (grants > 0 || sessions > 0 || registration) {
+    audit({ ...revocation, user: target.subject, client_id: target.clientId, grants, sessions, registration_removed: registration }, 'grants revoked');
   }
-  if (target.clientId !== undefined && (await store.deleteRegisteredClient(target.clientId))) out.write('1 registered client removed\n');
   return 0;
 }
