@@ -154,6 +154,13 @@ describe('POST /register (RFC 7591)', () => {
       [{ redirect_uris: [CALLBACK], token_endpoint_auth_method: 'private_key_jwt' }, 'invalid_client_metadata'],
       [{ redirect_uris: [CALLBACK], grant_types: ['client_credentials'] }, 'invalid_client_metadata'],
       [[1, 2], 'invalid_client_metadata'],
+      // RFC 3986: what a browser's URL parser would quietly turn into another URL.
+      [{ redirect_uris: ['https://app.example.org/cb\n'] }, 'invalid_redirect_uri'],
+      [{ redirect_uris: ['https://app.example.org/c\tb'] }, 'invalid_redirect_uri'],
+      [{ redirect_uris: ['https://app.example.org/cb '] }, 'invalid_redirect_uri'],
+      [{ redirect_uris: ['https://app.example.org\\@evil.example/cb'] }, 'invalid_redirect_uri'],
+      [{ redirect_uris: ['https:///cb'] }, 'invalid_redirect_uri'],
+      [{ redirect_uris: [CALLBACK], grant_types: ['refresh_token'] }, 'invalid_client_metadata'],
     ];
     for (const [body, error] of cases) {
       const response = await register(t.app, body);
@@ -168,6 +175,39 @@ describe('POST /register (RFC 7591)', () => {
     assert.equal(form415.json().error, 'invalid_client_metadata');
   });
 
+  test('exact descriptions: over 20 redirect URIs, a grant list without authorization_code, a URI with a space', async () => {
+    const many = await register(t.app, { redirect_uris: Array.from({ length: 21 }, (_, i) => `https://app.example.org/cb${i}`) });
+    assert.deepEqual(many.json(), { error: 'invalid_redirect_uri', error_description: 'redirect_uris: redirect_uris may hold at most 20 URIs' });
+    const missing = await register(t.app, { redirect_uris: 'https://app.example.org/cb' });
+    assert.deepEqual(missing.json(), { error: 'invalid_redirect_uri', error_description: 'redirect_uris: redirect_uris is required: a list of redirect URIs' });
+    const refreshOnly = await register(t.app, { redirect_uris: [CALLBACK], grant_types: ['refresh_token'] });
+    assert.deepEqual(refreshOnly.json(), { error: 'invalid_client_metadata', error_description: 'grant_types must include authorization_code (the code response type needs it)' });
+    const spaced = await register(t.app, { redirect_uris: ['https://app.example.org/cb '] });
+    assert.match(spaced.json().error_description, /^"https:\/\/app\.example\.org\/cb " holds a character a URI cannot/);
+    const nativeScheme = await register(t.app, { redirect_uris: ['com.example.app:///oauth/cb', 'com.example.app:/oauth/cb'] });
+    assert.equal(nativeScheme.statusCode, 201, 'a private-use scheme may have an empty authority');
+  });
+
+  test('grant_types are registered once each; offline_access is kept for a client that gets refresh tokens, dropped (and answered so) for one that does not', async () => {
+    const twice = await register(t.app, { redirect_uris: [CALLBACK], grant_types: ['authorization_code', 'authorization_code'] });
+    assert.equal(twice.statusCode, 201, twice.body);
+    assert.deepEqual(twice.json().grant_types, ['authorization_code']);
+    const refreshing = await register(t.app, { redirect_uris: [CALLBACK], grant_types: ['authorization_code', 'refresh_token'], scope: 'mcp offline_access' });
+    assert.equal(refreshing.json().scope, 'mcp offline_access');
+    const notRefreshing = await register(t.app, { redirect_uris: [CALLBACK], scope: 'mcp offline_access' });
+    assert.equal(notRefreshing.statusCode, 201, notRefreshing.body);
+    assert.equal(notRefreshing.json().scope, 'mcp', 'RFC 7591 §3.2.1: the scope registered, without what it could never use');
+    const onlyOffline = await register(t.app, { redirect_uris: [CALLBACK], scope: 'offline_access' });
+    assert.equal(onlyOffline.json().scope, undefined);
+    // The registered scope works as the request's default: the client is usable.
+    const { challenge } = pkce();
+    const asked = await t.app.inject({
+      url: `/authorize?${new URLSearchParams({ response_type: 'code', client_id: notRefreshing.json().client_id, redirect_uri: CALLBACK, code_challenge: challenge, code_challenge_method: 'S256', state: 's' })}`,
+    });
+    assert.equal(asked.statusCode, 303, asked.body);
+    assert.doesNotMatch(String(asked.headers.location), /error=/);
+  });
+
   test('answers CORS from any origin', async () => {
     const preflight = await t.app.inject({ method: 'OPTIONS', url: '/register', headers: { origin: 'https://inspector.example', 'access-control-request-method': 'POST', 'access-control-request-headers': 'content-type' } });
     assert.equal(preflight.headers['access-control-allow-origin'], '*');
@@ -179,6 +219,7 @@ describe('POST /register (RFC 7591)', () => {
     const metadata = (await t.app.inject({ url: '/.well-known/oauth-authorization-server' })).json();
     assert.equal(metadata.registration_endpoint, 'http://127.0.0.1:8080/register');
     assert.ok(metadata.scopes_supported.includes('mcp') && metadata.scopes_supported.includes('offline_access'));
+    assert.deepEqual(metadata.prompt_values_supported, ['none', 'login', 'consent']);
   });
 });
 

@@ -71,7 +71,7 @@ export function serverMetadata(deps: MetadataDocumentDeps): Record<string, unkno
     token_endpoint_auth_signing_alg_values_supported: [...ASYMMETRIC_ALGS],
     code_challenge_methods_supported: ['S256'],
     claims_supported: ['iss', 'sub', 'aud', 'exp', 'iat', 'auth_time', 'nonce', 'at_hash', 'email', 'name'],
-    prompt_values_supported: ['none', 'login'],
+    prompt_values_supported: ['none', 'login', 'consent'],
     authorization_response_iss_parameter_supported: true,
     request_parameter_supported: false,
     request_uri_parameter_supported: false,

@@ -15,6 +15,7 @@ import { sendJsonError } from '../http/render-error.js';
 import { bounded } from '../log.js';
 import { OAuthError } from '../policy/oauth-error.js';
 import { dynamicRedirectUriProblem } from '../policy/redirect-uri.js';
+import { OFFLINE_ACCESS } from '../policy/grant-eligibility.js';
 import { parseScope } from '../policy/scope.js';
 import type { RegisteredClientMetadata, RegisteredClientStore } from '../store/types.js';
 
@@ -38,10 +39,14 @@ const badMetadata = (description: string): OAuthError => new OAuthError('invalid
 const badRedirect = (description: string): OAuthError => new OAuthError('invalid_redirect_uri', description);
 
 const text = (max: number) => z.string().min(1).max(max);
+const MAX_REDIRECT_URIS = 20;
 const httpsUrl = text(2048).refine((value) => URL.canParse(value) && new URL(value).protocol === 'https:', { message: 'must be an https URL' });
 
 const REQUEST = z.object({
-  redirect_uris: z.array(z.string().max(2048), { error: 'redirect_uris is required: a list of redirect URIs' }).min(1, 'redirect_uris must not be empty').max(20),
+  redirect_uris: z
+    .array(z.string().max(2048), { error: (issue) => (issue.code === 'invalid_type' ? 'redirect_uris is required: a list of redirect URIs' : undefined) })
+    .min(1, 'redirect_uris must not be empty')
+    .max(MAX_REDIRECT_URIS, `redirect_uris may hold at most ${MAX_REDIRECT_URIS} URIs`),
   token_endpoint_auth_method: z.enum(['none', 'client_secret_basic', 'client_secret_post']).optional(),
   grant_types: z.array(z.enum(['authorization_code', 'refresh_token'])).min(1).max(2).optional(),
   response_types: z.array(z.literal('code')).length(1).optional(),
@@ -71,25 +76,40 @@ export function validateRegistration(body: unknown, dynamic: DynamicClientsConfi
     const problem = dynamicRedirectUriProblem(uri, request.application_type);
     if (problem !== undefined) throw badRedirect(`"${bounded(uri)}" ${problem}`);
   }
-  if (request.scope !== undefined) {
-    const scope = parseScope(request.scope);
-    if (scope === undefined) throw badMetadata('scope is malformed');
-    const outside = scope.find((value) => !dynamic.scopes.includes(value) && value !== 'offline_access');
-    if (outside !== undefined) throw badMetadata(`scope "${outside}" is beyond what dynamic clients may ask`);
-  }
+  const grantTypes = [...new Set(request.grant_types ?? (['authorization_code'] as const))];
+  // RFC 7591 §2.1: the code response type, the only one, goes with the authorization_code grant.
+  if (!grantTypes.includes('authorization_code')) throw badMetadata('grant_types must include authorization_code (the code response type needs it)');
+  const scope = registeredScope(request.scope, dynamic, grantTypes);
   return {
     redirect_uris: [...new Set(request.redirect_uris)],
     token_endpoint_auth_method: request.token_endpoint_auth_method ?? 'none',
-    grant_types: request.grant_types ?? ['authorization_code'],
+    grant_types: grantTypes,
     response_types: ['code'],
     ...(request.application_type !== undefined && { application_type: request.application_type }),
     ...(request.client_name !== undefined && { client_name: request.client_name }),
     ...(request.client_uri !== undefined && { client_uri: request.client_uri }),
     ...(request.logo_uri !== undefined && { logo_uri: request.logo_uri }),
-    ...(request.scope !== undefined && { scope: request.scope }),
+    ...(scope !== undefined && { scope }),
     // RFC 9449 §5.2, DESIGN.md §13: stored and answered only when true (false is the default anyway).
     ...(request.dpop_bound_access_tokens === true && { dpop_bound_access_tokens: true }),
   };
+}
+
+/**
+ * The scope to register: within `dynamic_clients.scopes`, plus offline_access, which a client that gets refresh tokens
+ * may ask (DESIGN.md §9). A client that gets none is registered without it (RFC 7591 §3.2.1: the server may replace
+ * a value, and answers what it registered), so a host that adds it can still use the rest; undefined when none is left.
+ */
+function registeredScope(sent: string | undefined, dynamic: DynamicClientsConfig, grantTypes: readonly string[]): string | undefined {
+  if (sent === undefined) return undefined;
+  const scope = parseScope(sent);
+  if (scope === undefined) throw badMetadata('scope is malformed');
+  const outside = scope.find((value) => !dynamic.scopes.includes(value) && value !== OFFLINE_ACCESS);
+  if (outside !== undefined) throw badMetadata(`scope "${outside}" is beyond what dynamic clients may ask`);
+  const refreshes = grantTypes.includes('refresh_token') && dynamic.refreshLifetimeMs !== undefined;
+  if (refreshes || !scope.includes(OFFLINE_ACCESS)) return sent;
+  const kept = scope.filter((value) => value !== OFFLINE_ACCESS);
+  return kept.length === 0 ? undefined : kept.join(' ');
 }
 
 /** Where the first string (a value or a member name) holding U+0000 is, e.g. `redirect_uris.0`; undefined when none does. */

@@ -72,6 +72,12 @@ function refusedScheme(protocol: string): string | undefined {
 
 // RFC 3986 §3.1: an absolute URI starts with a scheme.
 const HAS_SCHEME = /^[A-Za-z][A-Za-z0-9+.-]*:/;
+// RFC 3986 §2: the characters a URI is written with. A browser's URL parser drops tabs, newlines and outer spaces and
+// reads "\" as "/", so a URI holding any other character would send the browser somewhere else than the string says.
+const URI_CHARACTERS = /^[A-Za-z0-9\-._~:/?#[\]@!$&'()*+,;=%]*$/;
+// "https:///cb": http(s) with an empty host, which the URL parser repairs into another host ("https://cb/"); a
+// private-use scheme may have an empty one ("com.example.app:///cb").
+const EMPTY_AUTHORITY = /^https?:\/\/(?:[/?#]|$)/i;
 
 /**
  * Why `uri` cannot be a dynamic client's redirect URI (registration, metadata documents; DESIGN.md §9), or undefined:
@@ -82,9 +88,11 @@ export function dynamicRedirectUriProblem(uri: string, applicationType?: 'native
   if (!HAS_SCHEME.test(uri) || !URL.canParse(uri)) return 'is not an absolute URI';
   if (uri.includes('#')) return 'must not contain a fragment';
   const url = new URL(uri);
-  if (url.port === '0') return 'must not name port 0 (a port is 1 to 65535)';
   const scheme = refusedScheme(url.protocol);
   if (scheme !== undefined) return scheme;
+  if (!URI_CHARACTERS.test(uri)) return 'holds a character a URI cannot (RFC 3986 §2: spaces, control characters, "\\" and the like)';
+  if (EMPTY_AUTHORITY.test(uri)) return 'has an empty host';
+  if (url.port === '0') return 'must not name port 0 (a port is 1 to 65535)';
   if (url.username !== '' || url.password !== '') return 'must not contain a user name or password';
   if (url.protocol === 'https:') return undefined;
   if (applicationType === 'web') return "must be https: a web client's redirect URIs are";
