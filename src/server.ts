@@ -38,8 +38,10 @@ export async function startServer(config: Config, options: ServerOptions): Promi
   const { logger } = options;
   // The loader already warned about in-memory state; the store's own warnings are about connections.
   const store = await openStore(config.state, { warn: (message) => logger.warn(message) }).catch((error: unknown) => {
-    const cause = (error as Error).cause instanceof Error ? `: ${((error as Error).cause as Error).message}` : '';
-    throw new Error(`cannot open the state store (${describeState(config)})${cause}`);
+    // An outage carries the driver's error as its cause; anything else (a newer schema, a file that is no database,
+    // a folder that cannot be made) says why itself.
+    const reason = (error as Error).cause instanceof Error ? ((error as Error).cause as Error).message : (error as Error).message;
+    throw new Error(`cannot open the state store (${describeState(config)}): ${reason}`);
   });
   const keys = await KeyRing.open(store);
   // DESIGN.md §9: client ID metadata documents are fetched only when dynamic_clients turns them on.

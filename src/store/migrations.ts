@@ -270,6 +270,26 @@ const MIGRATIONS_TABLE = 'CREATE TABLE IF NOT EXISTS schema_migrations (version 
 const APPLIED_VERSIONS = 'SELECT version FROM schema_migrations';
 const RECORD_VERSION = 'INSERT INTO schema_migrations (version, applied_at) VALUES ($1, $2)';
 
+/** The newest schema this version writes. */
+export const NEWEST_SCHEMA_VERSION = Math.max(...MIGRATIONS.map((migration) => migration.version));
+
+/** A database a newer Pinpoint has migrated: this version would misread it, or answer 500s from missing tables. */
+export class NewerSchemaError extends Error {
+  constructor(readonly version: number) {
+    super(
+      `the database was migrated by a newer Pinpoint (schema version ${version}; this version knows up to ${NEWEST_SCHEMA_VERSION}): ` +
+        'run that version, or restore a backup made before the upgrade',
+    );
+    this.name = 'NewerSchemaError';
+  }
+}
+
+/** Refuses a database whose applied versions go beyond this version's (a downgrade), before anything is written. */
+export function refuseNewerSchema(applied: Iterable<number>): void {
+  const newest = Math.max(0, ...applied);
+  if (newest > NEWEST_SCHEMA_VERSION) throw new NewerSchemaError(newest);
+}
+
 /** Serialises migrations of every Pinpoint instance sharing one PostgreSQL database. */
 const POSTGRES_MIGRATION_LOCK = 7_041_984_431_001;
 
@@ -281,6 +301,7 @@ export function migrateSqlite(db: Database, now = Date.now()): number[] {
   const migrate = db.transaction((): number[] => {
     db.exec(MIGRATIONS_TABLE);
     const done = new Set((db.prepare(APPLIED_VERSIONS).all() as { version: number }[]).map((row) => row.version));
+    refuseNewerSchema(done);
     const applied: number[] = [];
     for (const migration of MIGRATIONS) {
       if (done.has(migration.version)) continue;
@@ -308,6 +329,7 @@ export async function migratePostgres(client: ClientBase, schema: string, now = 
     await client.query(MIGRATIONS_TABLE);
     const rows = await client.query<{ version: number }>(APPLIED_VERSIONS);
     const done = new Set(rows.rows.map((row) => row.version));
+    refuseNewerSchema(done);
     const applied: number[] = [];
     for (const migration of MIGRATIONS) {
       if (done.has(migration.version)) continue;

@@ -123,6 +123,16 @@ class PostgresDriver implements Driver {
     return this.#withClient((client) => migratePostgres(client, this.#schema), () => true);
   }
 
+  /** The newest schema version applied to the database, reading only; 0 before the first start. */
+  newestAppliedVersion(): Promise<number> {
+    return this.#withClient(async (client) => {
+      const present = await client.query<{ present: boolean }>("SELECT to_regclass('schema_migrations') IS NOT NULL AS present");
+      if (present.rows[0]?.present !== true) return 0;
+      const newest = await client.query<{ newest: number | null }>('SELECT max(version) AS newest FROM schema_migrations');
+      return Number(newest.rows[0]?.newest ?? 0);
+    }, () => true);
+  }
+
   async read<R>(statement: Statement, values: readonly unknown[]): Promise<R[]> {
     // A read changes nothing, so a connection found broken simply runs it again on another.
     const result = await this.#withClient((client) => query<R & QueryResultRow>(client, statement, values), () => true);
@@ -230,5 +240,10 @@ export class PostgresStore extends SqlStore {
   /** Applies missing migrations; returns the versions this call applied. */
   migrate(): Promise<number[]> {
     return this.#driver.migrate();
+  }
+
+  /** The newest schema version applied to the database, reading only (check --probe). */
+  newestAppliedVersion(): Promise<number> {
+    return this.#driver.newestAppliedVersion();
   }
 }

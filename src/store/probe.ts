@@ -7,6 +7,7 @@ import { constants } from 'node:fs';
 import { access, stat } from 'node:fs/promises';
 import { dirname } from 'node:path';
 import type { StateConfig } from '../config/types.js';
+import { NEWEST_SCHEMA_VERSION, NewerSchemaError } from './migrations.js';
 
 export interface StoreProbe {
   readonly ok: boolean;
@@ -43,6 +44,9 @@ async function probeSqlite(path: string): Promise<StoreProbe> {
     try {
       // Reading the schema fails on a file that is not a database.
       const tables = (db.prepare("SELECT count(*) AS n FROM sqlite_master WHERE type = 'table'").get() as { n: number }).n;
+      const migrated = db.prepare("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_migrations'").get() !== undefined;
+      const newest = migrated ? ((db.prepare('SELECT max(version) AS newest FROM schema_migrations').get() as { newest: number | null }).newest ?? 0) : 0;
+      if (newest > NEWEST_SCHEMA_VERSION) return { ok: false, detail: new NewerSchemaError(newest).message };
       return { ok: true, detail: `the database opens (${tables} tables)` };
     } finally {
       db.close();
@@ -57,7 +61,8 @@ async function probePostgres(state: Extract<StateConfig, { kind: 'postgres' }>):
   // The constructor connects nothing and migrates nothing; ping runs one SELECT.
   const store = new PostgresStore(state);
   try {
-    await store.ping();
+    const newest = await store.newestAppliedVersion();
+    if (newest > NEWEST_SCHEMA_VERSION) return { ok: false, detail: new NewerSchemaError(newest).message };
     return { ok: true, detail: 'a connection answers' };
   } catch (error) {
     return { ok: false, detail: `no connection (${reason(error)})` };
