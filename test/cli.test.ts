@@ -445,6 +445,33 @@ client "service" {
   });
 });
 
+describe('a config of many clients', () => {
+  test('800 clients with a secret_file each are read under a 256 open-files limit: valid, not EMFILE', async () => {
+    const clients = Array.from(
+      { length: 800 },
+      (_, i) => `client "c${i}" {\n  secret_file = "secrets/c${i % 10}"\n  audience = ["https://api.example.org/"]\n}\n`,
+    ).join('');
+    const folder = await folderWith({
+      'config.hcl': `base_url = "http://127.0.0.1:8080"\n${clients}`,
+      ...Object.fromEntries(Array.from({ length: 10 }, (_, i) => [`secrets/c${i}`, `secret-number-${i}\n`])),
+    });
+    const args = cliArgs('check', '--config', join(folder, 'config.hcl'));
+    const quoted = [process.execPath, ...args].map((word) => `'${word.replaceAll("'", "'\\''")}'`).join(' ');
+    const checked = await new Promise<Run>((resolvePromise, reject) => {
+      const child = spawn('bash', ['-c', `ulimit -n 256 && exec ${quoted}`], { env: { ...process.env, PINPOINT_CONFIG: '' }, stdio: ['ignore', 'pipe', 'pipe'] });
+      let stdout = '';
+      let stderr = '';
+      child.stdout.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
+      child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+      child.on('error', reject);
+      child.on('close', (code) => resolvePromise({ code, stdout, stderr }));
+    });
+    assert.equal(checked.code, 0, checked.stderr.slice(0, 2000));
+    assert.match(checked.stdout, /the configuration is valid/);
+    assert.doesNotMatch(checked.stderr, /EMFILE/);
+  });
+});
+
 describe('pinpoint hash-password', () => {
   test('prints one hash line that verifyPassword accepts for the password without its newline', async () => {
     const { code, stdout, stderr } = await run(['hash-password'], { input: 'correct horse battery\n' });

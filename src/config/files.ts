@@ -92,3 +92,21 @@ function describeFsError(error: unknown, path: string): string {
   if (code === 'EISDIR') return `is a directory, not a file (${path})`;
   return `cannot be read (${path}): ${error instanceof Error ? error.message : String(error)}`;
 }
+
+/** Files read at once while a config loads: a config of thousands of clients must not hit the open-files limit (EMFILE). */
+export const FILES_READ_AT_ONCE = 16;
+
+/** `work` over `items`, at most `limit` running at once; the results in the items' order. */
+export async function mapAtMost<T, R>(items: readonly T[], limit: number, work: (item: T) => Promise<R>): Promise<R[]> {
+  const results = new Array<R>(items.length);
+  let next = 0;
+  const worker = async (): Promise<void> => {
+    while (next < items.length) {
+      const index = next;
+      next += 1;
+      results[index] = await work(items[index] as T);
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(limit, items.length) }, worker));
+  return results;
+}

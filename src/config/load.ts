@@ -3,7 +3,7 @@ import { dirname, resolve } from 'node:path';
 import type { z } from 'zod';
 import { LABELED_BLOCKS, SINGLE_BLOCKS, type HclBody } from './block-types.js';
 import { splitTopLevel, type BlockInstance, type PlacedMessage } from './blocks.js';
-import { checkReadableFile, exposureWarning, readSecretFile, readSmallFile } from './files.js';
+import { checkReadableFile, exposureWarning, FILES_READ_AT_ONCE, mapAtMost, readSecretFile, readSmallFile } from './files.js';
 import { parsePublicJwkSetText, unimportableKeyProblem } from '../crypto/jwk-set.js';
 import { DEFAULT_COST, passwordCheckOf } from '../crypto/password.js';
 import type { JSONWebKeySet } from 'jose';
@@ -135,10 +135,11 @@ async function buildConfig(body: HclBody, absolute: string, findings: Findings):
   const tls = await buildTls(top.single.tls, findings, inFolder);
   const state = await buildState(top.single.state, findings, inFolder);
   const users = top.labeled.user.map((instance) => buildUser(instance, findings));
-  const federations = await Promise.all(top.labeled.federation.map((instance) => buildFederation(instance, findings, inFolder)));
+  // Each block may read a file (a secret, a key set): a few at a time, so thousands of clients stay under EMFILE.
+  const federations = await mapAtMost(top.labeled.federation, FILES_READ_AT_ONCE, (instance) => buildFederation(instance, findings, inFolder));
   const nameable = nameableAudience(top.labeled.client, top.single.dynamic_clients);
-  const clients = await Promise.all(
-    top.labeled.client.map((instance) => buildClient(instance, findings, inFolder, { issuer: attributes.base_url?.baseUrl, nameable })),
+  const clients = await mapAtMost(top.labeled.client, FILES_READ_AT_ONCE, (instance) =>
+    buildClient(instance, findings, inFolder, { issuer: attributes.base_url?.baseUrl, nameable }),
   );
   refuseClientsNamedLikePeople(top.labeled.client, top.labeled.user, top.labeled.federation, findings);
   const trustedProxies = attributes.trusted_proxies ?? [];
@@ -151,7 +152,7 @@ async function buildConfig(body: HclBody, absolute: string, findings: Findings):
   const workers = attributes.workers ?? 1;
   const needsState = state?.kind === 'memory' ? workersWithoutState(workers) : undefined;
   if (needsState !== undefined) findings.problem({ attribute: 'workers', message: `= ${JSON.stringify(workers)} ${needsState}` });
-  const resourceServers = await Promise.all(top.labeled.resource_server.map((instance) => buildResourceServer(instance, nameable, findings, inFolder)));
+  const resourceServers = await mapAtMost(top.labeled.resource_server, FILES_READ_AT_ONCE, (instance) => buildResourceServer(instance, nameable, findings, inFolder));
 
   const canSignIn = top.labeled.user.length > 0 || top.labeled.federation.length > 0;
   if (!canSignIn) {
