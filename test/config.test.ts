@@ -268,7 +268,36 @@ describe('top-level attributes', () => {
     }
   });
 
+  test('base_url is the issuer as written: a form the URL parser would rewrite is refused, naming the form to write', async () => {
+    for (const [value, written] of [
+      ['https://AUTH.example.org', 'https://auth.example.org'],
+      ['https://auth.example.org:443/x', 'https://auth.example.org/x'],
+      ['https://auth.example.org/a/../b', 'https://auth.example.org/b'],
+      ['https://auth.example.org/%2e%2e', 'https://auth.example.org'],
+      ['https://auth.example.org/a b', 'https://auth.example.org/a%20b'],
+    ] as const) {
+      const { lines, file } = await problemsOf(VALID.replace('"https://auth.example.org"', JSON.stringify(value)));
+      assertProblem(lines, `${file}:1: base_url ${JSON.stringify(value)} is written differently from the URL it names; write ${JSON.stringify(written)}`);
+    }
+  });
+
+  test('a config file that is not UTF-8 is refused, naming the line of the first byte that is not', async () => {
+    const file = await fixture(VALID);
+    await writeFile(file, Buffer.concat([Buffer.from(VALID.replace('"Web app"', '"x"')), Buffer.from('client "tv" {\n  device = true\n  audience = ["https://api.example.org/'), Buffer.from([0xe9]), Buffer.from('"]\n}\n')]));
+    await assert.rejects(loadConfig(file), (error: unknown) => {
+      assert.ok(error instanceof ConfigInvalid);
+      assert.deepEqual(error.problems.map(formatProblem), [`${file}:12: is not UTF-8 text; save it as UTF-8`]);
+      return true;
+    });
+  });
+
   test('listen must be host:port', async () => {
+    for (const value of ['999.1.1.1:8080', '[:::]:8080', '[127.0.0.1]:8080']) {
+      const { lines, file } = await problemsOf(`listen = ${JSON.stringify(value)}\n${VALID}`);
+      assertProblem(lines, `${file}:1: listen ${JSON.stringify(value)} is not host:port`);
+    }
+    const named = await load(`listen = "localhost:8080"\n${VALID}`);
+    assert.deepEqual(named.config.listen, { host: 'localhost', port: 8080 });
     const { lines, file } = await problemsOf(`listen = "8080"\n${VALID}`);
     assertProblem(lines, `${file}:1: listen "8080" is not host:port`);
     const port = await problemsOf(`listen = "127.0.0.1:70000"\n${VALID}`);

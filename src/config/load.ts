@@ -104,18 +104,33 @@ class Findings {
 }
 
 /**
+ * The file's text, or ConfigInvalid naming the line of its first byte that is not UTF-8: read leniently, such a byte
+ * would become U+FFFD inside a redirect URI or an audience entry without a word.
+ */
+function utf8Text(file: string, bytes: Buffer): string {
+  try {
+    return new TextDecoder('utf-8', { fatal: true }).decode(bytes);
+  } catch {
+    const lines = new TextDecoder('utf-8').decode(bytes).split('\n');
+    const line = lines.findIndex((content) => content.includes('\uFFFD')) + 1;
+    throw new ConfigInvalid([{ file, ...(line > 0 && { line }), message: 'is not UTF-8 text; save it as UTF-8' }]);
+  }
+}
+
+/**
  * Reads, parses and validates a config file (DESIGN.md §3) into a frozen Config.
  * Throws ConfigInvalid listing every problem found; warnings (e.g. a secret file others can read) are returned.
  */
 export async function loadConfig(file: string): Promise<{ config: Config; warnings: string[] }> {
   const absolute = resolve(file);
-  let text: string;
+  let bytes: Buffer;
   try {
-    text = await readFile(absolute, 'utf8');
+    bytes = await readFile(absolute);
   } catch (error) {
     const reason = (error as NodeJS.ErrnoException).code === 'ENOENT' ? 'no such file' : (error as Error).message;
     throw new ConfigInvalid([{ file, message: `cannot read the configuration file: ${reason}` }]);
   }
+  const text = utf8Text(file, bytes);
   const read = await readHcl(file, text.replace(/^\uFEFF/, ''));
   if ('problems' in read) throw new ConfigInvalid(read.problems);
 

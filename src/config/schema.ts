@@ -130,7 +130,10 @@ function listenAddress(example: string, whenMissing?: string) {
   return text('"host:port" in quotes', whenMissing).transform((value, context) => {
     const match = LISTEN.exec(value);
     const port = Number(match?.[3]);
-    if (match && port <= 65535) return { host: (match[1] ?? match[2]) as string, port };
+    // An IP literal must be one (a bracketed IPv6 address; four dotted numbers an IPv4 address): else serve would
+    // fail to listen with a resolver's error that names neither the attribute nor the file.
+    const addressOk = match?.[1] !== undefined ? isIP(match[1]) === 6 : !/^[\d.]+$/.test(match?.[2] ?? '') || isIP(match?.[2] ?? '') === 4;
+    if (match && port <= 65535 && addressOk) return { host: (match[1] ?? match[2]) as string, port };
     context.issues.push({ code: 'custom', input: value, message: `${quote(value)} is not host:port; write e.g. "${example}" or "[::1]:${example.split(':')[1]}"` });
     return z.NEVER;
   });

@@ -15,7 +15,11 @@ export function parseBaseUrl(text: string): { baseUrl: string; basePath: string 
   if ('error' in url) return url;
   if (text.endsWith('/')) return { error: `must not end with "/"; write ${JSON.stringify(text.replace(/\/+$/, ''))}` };
   const basePath = url.pathname === '/' ? '' : url.pathname;
-  return { baseUrl: `${url.origin}${basePath}`, basePath };
+  const baseUrl = `${url.origin}${basePath}`;
+  // The issuer is compared character for character by clients and resource servers: what is written must be it,
+  // not something the URL parser turns into another string (a host's case, a default port, "..", a space).
+  if (baseUrl !== text) return { error: `is written differently from the URL it names; write ${JSON.stringify(baseUrl)}` };
+  return { baseUrl, basePath };
 }
 
 /** An upstream issuer: like base_url, but a trailing slash is its own business. */
