@@ -273,11 +273,10 @@ async function reload(file: string, pidFile: string): Promise<number> {
     process.stderr.write(`pinpoint: ${file} is not a valid configuration; the server was not asked to reload:\n${error.problems.map((p) => `  ${formatProblem(p)}\n`).join('')}`);
     return 1;
   }
-  const pid = await readFile(pidFile, 'utf8').then(
-    (text) => (/^\d+\s*$/.test(text) ? Number(text) : undefined),
-    () => undefined,
-  );
-  if (pid === undefined || !isRunning(pid)) {
+  const { isPinpointServer, isRunning, pidIn } = await import('./pid-file.js');
+  const pid = await pidIn(pidFile);
+  // A pid file left by a killed server may hold the pid of another process by now: that one gets no SIGHUP.
+  if (pid === undefined || !(await isPinpointServer(pid))) {
     process.stderr.write(`pinpoint: no server is running with the pid in ${pidFile}${pid === undefined ? ' (no pid there)' : ` (${pid})`}; start one with serve --pid-file\n`);
     return 1;
   }
@@ -310,16 +309,6 @@ async function reload(file: string, pidFile: string): Promise<number> {
   }
   process.stderr.write(`pinpoint: no answer from the server (pid ${pid}) within ${RELOAD_TIMEOUT_MS / 1000} s\n`);
   return 1;
-}
-
-/** Whether a process with `pid` exists (signal 0 checks without sending anything). */
-function isRunning(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (error) {
-    return (error as NodeJS.ErrnoException).code === 'EPERM';
-  }
 }
 
 async function check(file: string, json: boolean, probe: boolean): Promise<number> {

@@ -21,6 +21,7 @@ import { clusterMetrics, processRegistry, serveMetrics, type MetricsText } from 
 import { BudgetPool, isBudgetAsk, isBudgetReleased } from './http/budget-shares.js';
 import { fanOutLimiterMessage, isHandoverMessage, isLimiterMessage, relayHandover } from './http/shared-limiter.js';
 import { createLogger } from './log.js';
+import { isPinpointServer, pidIn } from './pid-file.js';
 import { VERSION } from './version.js';
 import { isWorkerMessage, type PrimaryMessage } from './worker-protocol.js';
 
@@ -186,6 +187,7 @@ class Supervisor {
     cluster.setupPrimary({ exec: here.replace(/supervisor\.(ts|js)$/, 'worker.$1'), args: [], serialization: 'advanced' });
 
     try {
+      if (this.#options.pidFile !== undefined) await this.#writePidFile(this.#options.pidFile);
       if (config.metrics !== undefined) this.#metricsServer = await this.#openMetrics(config.metrics.listen);
       const starting = Array.from({ length: this.#current.count }, (_, slot) => this.#launch(slot, this.#current));
       this.#slots = starting;
@@ -206,10 +208,6 @@ class Supervisor {
         'pinpoint is serving',
       );
       this.#logger.flush();
-      if (this.#options.pidFile !== undefined) {
-        await writeAtomically(this.#options.pidFile, `${process.pid}\n`);
-        this.#pidWritten = true;
-      }
       if (this.#reloadAgain) this.#reload();
     } catch (error) {
       // A server that cannot start says why on stderr and exits 1, leaving nothing open.
@@ -217,6 +215,23 @@ class Supervisor {
       void this.#stop(undefined, 1);
     }
     return done;
+  }
+
+  /**
+   * Writes this primary's pid before any worker starts, so a start that cannot write it fails before it says it is
+   * serving; a file naming another running `pinpoint serve` is left to it (its reload and its stop need it).
+   */
+  async #writePidFile(pidFile: string): Promise<void> {
+    const holder = await pidIn(pidFile);
+    if (holder !== undefined && holder !== process.pid && (await isPinpointServer(holder))) {
+      throw new Error(`--pid-file ${pidFile} names a running server (pid ${holder}); stop it, or give this one another file`);
+    }
+    try {
+      await writeAtomically(pidFile, `${process.pid}\n`);
+    } catch (error) {
+      throw new Error(`cannot write the pid file ${pidFile}: ${(error as NodeJS.ErrnoException).code ?? (error as Error).message}`);
+    }
+    this.#pidWritten = true;
   }
 
   #listen(signal: NodeJS.Signals, handler: () => void): void {
