@@ -41,7 +41,7 @@ tls {
 #   user_code_failures = 20    # wrong device user codes per address
 #   password_hashes    = 2     # password checks at once per worker (about 128 MiB each); more wait
 #                              # at most 5 s, then 503 with Retry-After
-#   address_connections = 512  # connections one address may hold open at once, per worker
+#   address_connections = 1024 # connections one address may hold open at once, per worker
 # }
 
 # Worker processes serving the one listener (a number, or "auto" for every CPU this process may

@@ -94,7 +94,7 @@ const config: Config = deepFreeze({
   ]),
   trustedProxies: [],
   // DESIGN.md §4's defaults (config/schema.ts DEFAULT_LIMITS), written out: importing the schema loads zod (5 MB).
-  limits: { clientFailures: 300, addressFailures: 300, loginFailures: 10, loginFailuresAny: 100, userCodeFailures: 20, passwordHashes: 2, addressConnections: 512 },
+  limits: { clientFailures: 300, addressFailures: 300, loginFailures: 10, loginFailuresAny: 100, userCodeFailures: 20, passwordHashes: 2, addressConnections: 1024 },
   resourceServers: frozenMap([]),
 });
 

@@ -73,7 +73,7 @@ describe('pinpoint check', () => {
     assert.match(stdout, /redirect URIs\s+http:\/\/127\.0\.0\.1:9000\/callback/);
     assert.match(stdout, /^trusted proxies\s+\(none: forwarded headers are ignored\)$/m);
     assert.match(stdout, /^metrics\s+\(off\)$/m);
-    assert.match(stdout, /^limits\s+client_failures 300, address_failures 300 per minute; login_failures 10, login_failures_any 100, user_code_failures 20 per 15 minutes; address_connections 512 open at once$/m);
+    assert.match(stdout, /^limits\s+client_failures 300, address_failures 300 per minute; login_failures 10, login_failures_any 100, user_code_failures 20 per 15 minutes; address_connections 1024 open at once$/m);
     assert.doesNotMatch(stdout, /resource servers|dynamic clients|ID token alg|refresh reuse grace|post-logout URIs/, 'sections and rows for what is not set stay out');
   });
 
@@ -108,7 +108,7 @@ describe('pinpoint check', () => {
     assert.deepEqual(tv.audience, [{ value: 'https://api.example.org/', requestable: true }]);
     assert.deepEqual(tv.redirectUris, []);
     assert.deepEqual(report.trustedProxies, []);
-    assert.deepEqual(report.limits, { clientFailures: 300, addressFailures: 300, loginFailures: 10, loginFailuresAny: 100, userCodeFailures: 20, passwordHashes: 2, addressConnections: 512 });
+    assert.deepEqual(report.limits, { clientFailures: 300, addressFailures: 300, loginFailures: 10, loginFailuresAny: 100, userCodeFailures: 20, passwordHashes: 2, addressConnections: 1024 });
     assert.equal(report.metrics, undefined);
     assert.deepEqual(report.resourceServers, []);
     assert.equal(report.dynamicClients, undefined);
@@ -184,7 +184,7 @@ dynamic_clients {
       const out = human.stdout;
       assert.match(out, /^trusted proxies\s+10\.0\.0\.0\/8 ::1$/m);
       assert.match(out, /^metrics\s+127\.0\.0\.1:9464 \(GET \/metrics\)$/m);
-      assert.match(out, /^limits\s+client_failures 300, address_failures 300 per minute; login_failures 3, login_failures_any 100, user_code_failures 20 per 15 minutes; address_connections 512 open at once$/m);
+      assert.match(out, /^limits\s+client_failures 300, address_failures 300 per minute; login_failures 3, login_failures_any 100, user_code_failures 20 per 15 minutes; address_connections 1024 open at once$/m);
       assert.match(out, /^resource servers \(may call \/introspect\)\n {2}https:\/\/api\.example\.org\/\n {2}https:\/\/mcp\.example\.org\/mcp$/m);
       const dynamic = out.slice(out.indexOf('\ndynamic clients\n'), out.indexOf('\nclient "webapp"'));
       assert.ok(dynamic.length > 0, out);
@@ -212,7 +212,7 @@ dynamic_clients {
       for (const secret of secrets) assert.ok(!(json.stdout + json.stderr).includes(secret), `output shows ${secret}`);
       const report = JSON.parse(json.stdout);
       assert.deepEqual(report.trustedProxies, ['10.0.0.0/8', '::1']);
-      assert.deepEqual(report.limits, { clientFailures: 300, addressFailures: 300, loginFailures: 3, loginFailuresAny: 100, userCodeFailures: 20, passwordHashes: 2, addressConnections: 512 });
+      assert.deepEqual(report.limits, { clientFailures: 300, addressFailures: 300, loginFailures: 3, loginFailuresAny: 100, userCodeFailures: 20, passwordHashes: 2, addressConnections: 1024 });
       assert.deepEqual(report.metrics, { listen: '127.0.0.1:9464' });
       assert.deepEqual(report.resourceServers, [{ label: 'https://api.example.org/' }, { label: 'https://mcp.example.org/mcp' }]);
       assert.deepEqual(report.dynamicClients, {

@@ -97,7 +97,7 @@ describe('a valid configuration', () => {
     assert.equal(client.refreshReuseGraceMs, 0);
     assert.equal(config.users.get('alice')?.passwordHash, HASH);
     assert.deepEqual(config.trustedProxies, []);
-    assert.deepEqual(config.limits, { clientFailures: 300, addressFailures: 300, loginFailures: 10, loginFailuresAny: 100, userCodeFailures: 20, passwordHashes: 2, addressConnections: 512 });
+    assert.deepEqual(config.limits, { clientFailures: 300, addressFailures: 300, loginFailures: 10, loginFailuresAny: 100, userCodeFailures: 20, passwordHashes: 2, addressConnections: 1024 });
     assert.equal(config.metrics, undefined);
     assert.equal(config.resourceServers.size, 0);
     assert.equal(config.dynamicClients, undefined);
@@ -704,7 +704,7 @@ describe('config.example.hcl, with its commented examples turned on', () => {
       'secrets/api.secret': { text: 'api-secret\n' },
     });
     assert.deepEqual(config.trustedProxies, ['127.0.0.1', '10.0.0.0/8']);
-    assert.deepEqual(config.limits, { clientFailures: 300, addressFailures: 300, loginFailures: 10, loginFailuresAny: 100, userCodeFailures: 20, passwordHashes: 2, addressConnections: 512 });
+    assert.deepEqual(config.limits, { clientFailures: 300, addressFailures: 300, loginFailures: 10, loginFailuresAny: 100, userCodeFailures: 20, passwordHashes: 2, addressConnections: 1024 });
     assert.deepEqual(config.metrics, { listen: { host: '127.0.0.1', port: 9464 } });
     const webapp = config.clients.get('webapp');
     assert.equal(webapp?.displayName, 'Demo web app');
@@ -780,12 +780,12 @@ describe('limits', () => {
   user_code_failures = 5
 }
 `);
-    assert.deepEqual(all.config.limits, { clientFailures: 1000, addressFailures: 2000, loginFailures: 3, loginFailuresAny: 50, userCodeFailures: 5, passwordHashes: 2, addressConnections: 512 });
+    assert.deepEqual(all.config.limits, { clientFailures: 1000, addressFailures: 2000, loginFailures: 3, loginFailuresAny: 50, userCodeFailures: 5, passwordHashes: 2, addressConnections: 1024 });
     assert.ok(Object.isFrozen(all.config.limits));
     const connections = await load(`${VALID}limits {\n  address_connections = 64\n}\n`);
     assert.equal(connections.config.limits.addressConnections, 64);
     const some = await load(`${VALID}limits {\n  login_failures = 1000000\n}\n`);
-    assert.deepEqual(some.config.limits, { clientFailures: 300, addressFailures: 300, loginFailures: 1_000_000, loginFailuresAny: 100, userCodeFailures: 20, passwordHashes: 2, addressConnections: 512 });
+    assert.deepEqual(some.config.limits, { clientFailures: 300, addressFailures: 300, loginFailures: 1_000_000, loginFailuresAny: 100, userCodeFailures: 20, passwordHashes: 2, addressConnections: 1024 });
   });
 
   test('each limit is a whole number from 1 to 1000000, without quotes', async () => {

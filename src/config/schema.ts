@@ -204,8 +204,8 @@ export const DEFAULT_LIMITS: LimitsConfig = Object.freeze({
   loginFailuresAny: 100,
   userCodeFailures: 20,
   passwordHashes: 2,
-  // Browsers open at most 6 per host; this leaves room for an office behind one address, not for a flood.
-  addressConnections: 512,
+  // Browsers open at most 6 per host: room for an office behind one address and for load tests, not for a flood.
+  addressConnections: 1024,
 });
 
 export const limitsSpec = spec(

@@ -57,7 +57,7 @@ export async function testConfig(overrides: Partial<Config> = {}): Promise<Confi
     federations: new Map(),
     clients: new Map(clients.map((c) => [c.clientId, c])),
     trustedProxies: [],
-    limits: { clientFailures: 300, addressFailures: 300, loginFailures: 10, loginFailuresAny: 100, userCodeFailures: 20, passwordHashes: 2, addressConnections: 512 },
+    limits: { clientFailures: 300, addressFailures: 300, loginFailures: 10, loginFailuresAny: 100, userCodeFailures: 20, passwordHashes: 2, addressConnections: 1024 },
     resourceServers: new Map(),
     ...overrides,
   };
