@@ -54,10 +54,11 @@ export interface TransportOptions {
 export async function createTransport(options: TransportOptions): Promise<FastifyInstance> {
   const requests = new RequestsBeingReceived();
   const accessLine = accessLineWriter(options.metrics);
-  const app = createFastify(options, requests, accessLine);
+  const trusted = proxyTrust(options.trustedProxies);
+  const app = createFastify(options, trusted, requests, accessLine);
   capConnectionsPerAddress(app.server, {
     perAddress: options.addressConnections,
-    trusted: proxyTrust(options.trustedProxies),
+    trusted,
     refused: refusalReporter(options),
   });
   app.decorateRequest('clientId', undefined);
@@ -103,8 +104,7 @@ function refusalReporter(options: TransportOptions): (address: string) => void {
 const STRICT_TRANSPORT = ['Strict-Transport-Security', 'max-age=31536000'] as const;
 const isHttpsIssuer = (options: TransportOptions): boolean => options.baseUrl.startsWith('https:');
 
-function createFastify(options: TransportOptions, requests: RequestsBeingReceived, accessLine: AccessLineWriter): FastifyInstance {
-  const trusted = proxyTrust(options.trustedProxies);
+function createFastify(options: TransportOptions, trusted: ProxyTrust, requests: RequestsBeingReceived, accessLine: AccessLineWriter): FastifyInstance {
   // Fastify's default (0) lets a sender that trickles its body hold a connection forever; Node checks these every
   // connectionsCheckingInterval, so a slow request ends between requestTimeout and a sixth more.
   const timeouts = {
