@@ -4,7 +4,7 @@
  * answers a query.
  */
 import { constants } from 'node:fs';
-import { access, stat } from 'node:fs/promises';
+import { access, lstat, stat } from 'node:fs/promises';
 import { dirname } from 'node:path';
 import type { StateConfig } from '../config/types.js';
 import { NEWEST_SCHEMA_VERSION, NewerSchemaError } from './migrations.js';
@@ -19,18 +19,24 @@ const reason = (error: unknown): string => {
   return cause ?? (error instanceof Error ? error.message : String(error));
 };
 
-/** The nearest existing folder on the way to `path`: where the first start creates what is missing. */
-async function nearestFolder(path: string): Promise<string> {
+/**
+ * The nearest existing folder on the way to `path`: where the first start creates what is missing; or the broken
+ * symbolic link on the way, through which nothing can be created.
+ */
+async function nearestFolder(path: string): Promise<{ readonly folder: string } | { readonly brokenLink: string }> {
   for (let folder = dirname(path); ; folder = dirname(folder)) {
-    if (await stat(folder).then(() => true, () => false)) return folder;
-    if (dirname(folder) === folder) return folder;
+    if (await stat(folder).then(() => true, () => false)) return { folder };
+    if (await lstat(folder).then(() => true, () => false)) return { brokenLink: folder };
+    if (dirname(folder) === folder) return { folder };
   }
 }
 
 async function probeSqlite(path: string): Promise<StoreProbe> {
   const exists = await stat(path).then((found) => found.isFile(), () => false);
   if (!exists) {
-    const folder = await nearestFolder(path);
+    const nearest = await nearestFolder(path);
+    if ('brokenLink' in nearest) return { ok: false, detail: `no database yet, and ${nearest.brokenLink} is a symbolic link to nothing, so none can be created` };
+    const { folder } = nearest;
     try {
       await access(folder, constants.W_OK | constants.X_OK);
       return { ok: true, detail: `no database yet; it will be created in ${folder} at the first start` };
