@@ -190,6 +190,7 @@ for (const kind of STORE_KINDS) {
         ['htm GET', async () => proof(key, { htu: TOKEN, htm: 'GET' }), /htm must be "POST"/],
         ['htu of /userinfo', async () => proof(key, { htu: USERINFO }), /htu must be "http:\/\/127\.0\.0\.1:8080\/token"/],
         ['htu of another host', async () => proof(key, { htu: 'http://127.0.0.1:9999/token' }), /htu must be/],
+        ['htu with a user name', async () => proof(key, { htu: 'http://someone:pw@127.0.0.1:8080/token' }), /htu must be/],
         ['iat 61 s ago', async () => proof(key, { htu: TOKEN, iat: Math.floor(Date.now() / 1000) - 61 }), /iat is not within 60 seconds/],
         ['iat 61+ s ahead', async () => proof(key, { htu: TOKEN, iat: Math.floor(Date.now() / 1000) + 62 }), /iat is not within 60 seconds/],
         ['no jti', async () => proof(key, { htu: TOKEN, jti: null }), /has no jti claim/],

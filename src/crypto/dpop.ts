@@ -77,6 +77,8 @@ async function proofKey(jwk: Record<string, unknown>, alg: string): Promise<Impo
 function comparableUrl(text: string): string | undefined {
   if (!URL.canParse(text)) return undefined;
   const url = new URL(text);
+  // A user name or password makes it another URI (the origin would drop them): never this request's.
+  if (url.username !== '' || url.password !== '') return undefined;
   return `${url.origin}${url.pathname}`;
 }
 
