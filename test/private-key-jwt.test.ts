@@ -152,10 +152,11 @@ for (const kind of STORE_KINDS) {
       assertInvalidClient(await post(t.app, '/token', [...clientCredentials, ...withAssertion(good)]), /already used/);
     });
 
-    test('/revoke, /introspect and /par take assertions addressed to the issuer or to themselves (/par: or to /token, RFC 9126 §2)', async () => {
+    test('/revoke, /introspect and /par take assertions addressed to the issuer, to themselves or to /token (RFC 7523 §3, RFC 9126 §2), not to another endpoint', async () => {
       const issued = await post(t.app, '/token', [...clientCredentials, ...withAssertion(await assertion(signerKey, { clientId: 'signer', audience: ISSUER }))]);
       const accessToken = issued.json().access_token as string;
-      for (const audience of [`${ISSUER}/introspect`, ISSUER]) {
+      // RFC 7523 §3: the token endpoint's URL names the server too.
+      for (const audience of [`${ISSUER}/introspect`, ISSUER, TOKEN]) {
         const introspected = await post(t.app, '/introspect', [['token', accessToken], ...withAssertion(await assertion(signerKey, { clientId: 'signer', audience }))]);
         assert.equal(introspected.statusCode, 200, introspected.body);
         assert.equal(introspected.json().active, true);
@@ -176,6 +177,9 @@ for (const kind of STORE_KINDS) {
       assert.equal(pushedForToken.statusCode, 201, pushedForToken.body);
       assertInvalidClient(await post(t.app, '/par', [['response_type', 'code'], ...withAssertion(await assertion(signerKey, { clientId: 'signer', audience: `${ISSUER}/revoke` }))]), /aud must name/);
 
+      assertInvalidClient(await post(t.app, '/introspect', [['token', accessToken], ...withAssertion(await assertion(signerKey, { clientId: 'signer', audience: `${ISSUER}/revoke` }))]), /aud must name/);
+      const revokedForToken = await post(t.app, '/revoke', [['token', 'not-a-token'], ...withAssertion(await assertion(signerKey, { clientId: 'signer', audience: TOKEN }))]);
+      assert.equal(revokedForToken.statusCode, 200, revokedForToken.body);
       const revoked = await post(t.app, '/revoke', [['token', accessToken], ...withAssertion(await assertion(keys[1] as ClientKey, { clientId: 'signer', audience: `${ISSUER}/revoke` }))]);
       assert.equal(revoked.statusCode, 200, revoked.body);
       const after = await post(t.app, '/introspect', [['token', accessToken], ...withAssertion(await assertion(signerKey, { clientId: 'signer', audience: ISSUER }))]);

@@ -35,7 +35,8 @@ export interface DeviceAuthorizationRouteDeps extends FormEndpointDeps {
 
 export function deviceAuthorizationRoutes(deps: DeviceAuthorizationRouteDeps): FastifyPluginAsync {
   const { store } = deps;
-  const verifyAssertion = assertionVerifier(deps, '/device_authorization');
+  // RFC 7523 §3: the token endpoint's URL may name the server too (clients that reuse one audience for every call).
+  const verifyAssertion = assertionVerifier(deps, '/device_authorization', '/token');
   async function storeNewAuthorization(record: Omit<DeviceAuthorizationRecord, 'userCode'>): Promise<string> {
     for (let draw = 1; ; draw++) {
       const userCode = newUserCode();

@@ -52,7 +52,8 @@ const NO_CLIENT = { get: (): undefined => undefined };
 export function introspectionRoutes(deps: IntrospectionRouteDeps): FastifyPluginAsync {
   const { store } = deps;
   const verified = deps.verifiedAccessTokens;
-  const verifyAssertion = assertionVerifier(deps, '/introspect');
+  // RFC 7523 §3: the token endpoint's URL may name the server too (clients that reuse one audience for every call).
+  const verifyAssertion = assertionVerifier(deps, '/introspect', '/token');
 
   async function accessToken(caller: IntrospectionCaller, token: string): Promise<Record<string, unknown>> {
     let payload: JWTPayload;

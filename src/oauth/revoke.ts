@@ -54,7 +54,8 @@ export function revocationRoutes(deps: RevocationRouteDeps): FastifyPluginAsync 
     return undefined;
   }
 
-  const verifyAssertion = assertionVerifier(deps, '/revoke');
+  // RFC 7523 §3: the token endpoint's URL may name the server too (clients that reuse one audience for every call).
+  const verifyAssertion = assertionVerifier(deps, '/revoke', '/token');
   return async (app) => {
     app.post('/revoke', async (request, reply) =>
       handleFormEndpoint(deps, request, reply, async (params, presented) => {
