@@ -20,9 +20,13 @@ interface Run {
   readonly stderr: string;
 }
 
-function run(args: readonly string[], options: { input?: string; env?: NodeJS.ProcessEnv } = {}): Promise<Run> {
+/** Runs `pinpoint ...args`; with `openFiles`, under that open-files limit (`ulimit -n`). */
+function run(args: readonly string[], options: { input?: string; env?: NodeJS.ProcessEnv; openFiles?: number } = {}): Promise<Run> {
+  const command = [process.execPath, ...cliArgs(...args)];
+  const [file, argv] =
+    options.openFiles === undefined ? [process.execPath, command.slice(1)] : ['bash', ['-c', `ulimit -n ${options.openFiles} && exec "$@"`, 'bash', ...command]];
   return new Promise((resolvePromise, reject) => {
-    const child = spawn(process.execPath, cliArgs(...args), {
+    const child = spawn(file, argv, {
       env: { ...process.env, PINPOINT_CONFIG: '', ...options.env },
       stdio: ['pipe', 'pipe', 'pipe'],
     });
@@ -455,17 +459,7 @@ describe('a config of many clients', () => {
       'config.hcl': `base_url = "http://127.0.0.1:8080"\n${clients}`,
       ...Object.fromEntries(Array.from({ length: 10 }, (_, i) => [`secrets/c${i}`, `secret-number-${i}\n`])),
     });
-    const args = cliArgs('check', '--config', join(folder, 'config.hcl'));
-    const quoted = [process.execPath, ...args].map((word) => `'${word.replaceAll("'", "'\\''")}'`).join(' ');
-    const checked = await new Promise<Run>((resolvePromise, reject) => {
-      const child = spawn('bash', ['-c', `ulimit -n 256 && exec ${quoted}`], { env: { ...process.env, PINPOINT_CONFIG: '' }, stdio: ['ignore', 'pipe', 'pipe'] });
-      let stdout = '';
-      let stderr = '';
-      child.stdout.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
-      child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
-      child.on('error', reject);
-      child.on('close', (code) => resolvePromise({ code, stdout, stderr }));
-    });
+    const checked = await run(['check', '--config', join(folder, 'config.hcl')], { openFiles: 256 });
     assert.equal(checked.code, 0, checked.stderr.slice(0, 2000));
     assert.match(checked.stdout, /the configuration is valid/);
     assert.doesNotMatch(checked.stderr, /EMFILE/);
