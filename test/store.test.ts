@@ -1086,6 +1086,20 @@ function storeSuite(name: string, backend: () => Backend): void {
       await store.deleteSession(session.digest);
     });
 
+    it('a new session replaces the one it names, in the same step; naming none that exists is no error', async () => {
+      const store = await open();
+      const now = Date.now();
+      const old = { digest: digest(), subject: 'alice', claims: {}, authTime: now, expiresAt: now + MINUTE };
+      const renewed = { ...old, digest: digest(), subject: 'bob' };
+      await store.createSession(old);
+      await store.createSession(renewed, old.digest);
+      assert.equal(await store.findSession(old.digest, now), undefined);
+      assert.deepEqual(await store.findSession(renewed.digest, now), renewed);
+      const again = { ...renewed, digest: digest() };
+      await store.createSession(again, digest());
+      assert.deepEqual(await store.findSession(again.digest, now), again);
+    });
+
     it('keeps a login request until it expires, and hands it out once', async () => {
       const store = await open();
       const now = Date.now();

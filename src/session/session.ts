@@ -41,11 +41,10 @@ export async function startSession(
   claims: SubjectClaims,
 ): Promise<SessionRecord> {
   const { now } = settings;
-  const replaced = cookieSessionDigest(request, settings.cookies);
-  if (replaced !== undefined) await sessions.deleteSession(replaced);
   const secret = newSecret();
   const session: SessionRecord = { digest: secret.digest, subject, claims, authTime: now, expiresAt: now + settings.lifetimeMs };
-  await sessions.createSession(session);
+  // One step: a failed write leaves the old session as it was, never a browser signed out and not in.
+  await sessions.createSession(session, cookieSessionDigest(request, settings.cookies));
   reply.header('Set-Cookie', serializeCookie(SESSION_COOKIE, secret.value, settings.cookies));
   return session;
 }

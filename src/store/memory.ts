@@ -320,7 +320,8 @@ export class MemoryStore implements Store {
     return true;
   }
 
-  async createSession(session: SessionRecord): Promise<void> {
+  async createSession(session: SessionRecord, replaces?: string): Promise<void> {
+    if (replaces !== undefined) this.#sessions.delete(replaces);
     this.#sessions.set(session.digest, Object.freeze({ ...session, claims: { ...session.claims } }));
     // As the SQL stores trim (rules.ts MAX_SESSIONS_PER_SUBJECT): the subject's sessions that expire last stay.
     const own = [...this.#sessions.values()].filter((held) => held.subject === session.subject);

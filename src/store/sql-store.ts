@@ -329,9 +329,13 @@ export class SqlStore implements Store {
     });
   }
 
-  async createSession(session: SessionRecord): Promise<void> {
+  async createSession(session: SessionRecord, replaces?: string): Promise<void> {
     await this.#driver.script({
-      steps: [step(SQL.insertSession, sessionParams(session)), step(SQL.trimSessionsOf, [session.subject, MAX_SESSIONS_PER_SUBJECT])],
+      steps: [
+        ...(replaces === undefined ? [] : [step(SQL.deleteSession, [replaces])]),
+        step(SQL.insertSession, sessionParams(session)),
+        step(SQL.trimSessionsOf, [session.subject, MAX_SESSIONS_PER_SUBJECT]),
+      ],
     });
   }
 

@@ -198,7 +198,8 @@ export interface SessionRecord {
 }
 
 export interface SessionStore {
-  createSession(session: SessionRecord): Promise<void>;
+  /** Adds `session`, ending the one whose digest is `replaces` (the browser's session before a sign-in) in the same step. */
+  createSession(session: SessionRecord, replaces?: string): Promise<void>;
   findSession(digest: string, now: number): Promise<SessionRecord | undefined>;
   deleteSession(digest: string): Promise<void>;
   /** Ends every session of `subject` (`pinpoint grants revoke --user`); the number ended. */
