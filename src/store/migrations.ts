@@ -284,10 +284,16 @@ export class NewerSchemaError extends Error {
   }
 }
 
-/** Refuses a database whose applied versions go beyond this version's (a downgrade), before anything is written. */
-export function refuseNewerSchema(applied: Iterable<number>): void {
+/** Why a database whose applied versions go beyond this version's (a downgrade) cannot be used, or undefined. */
+export function newerSchemaProblem(applied: Iterable<number>): NewerSchemaError | undefined {
   const newest = Math.max(0, ...applied);
-  if (newest > NEWEST_SCHEMA_VERSION) throw new NewerSchemaError(newest);
+  return newest > NEWEST_SCHEMA_VERSION ? new NewerSchemaError(newest) : undefined;
+}
+
+/** Refuses a newer schema before anything is written. */
+function refuseNewerSchema(applied: Iterable<number>): void {
+  const problem = newerSchemaProblem(applied);
+  if (problem !== undefined) throw problem;
 }
 
 /** Serialises migrations of every Pinpoint instance sharing one PostgreSQL database. */

@@ -7,7 +7,7 @@ import { constants } from 'node:fs';
 import { access, lstat, stat } from 'node:fs/promises';
 import { dirname } from 'node:path';
 import type { StateConfig } from '../config/types.js';
-import { NEWEST_SCHEMA_VERSION, NewerSchemaError } from './migrations.js';
+import { newerSchemaProblem } from './migrations.js';
 
 export interface StoreProbe {
   readonly ok: boolean;
@@ -52,7 +52,8 @@ async function probeSqlite(path: string): Promise<StoreProbe> {
       const tables = (db.prepare("SELECT count(*) AS n FROM sqlite_master WHERE type = 'table'").get() as { n: number }).n;
       const migrated = db.prepare("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_migrations'").get() !== undefined;
       const newest = migrated ? ((db.prepare('SELECT max(version) AS newest FROM schema_migrations').get() as { newest: number | null }).newest ?? 0) : 0;
-      if (newest > NEWEST_SCHEMA_VERSION) return { ok: false, detail: new NewerSchemaError(newest).message };
+      const newer = newerSchemaProblem([newest]);
+      if (newer !== undefined) return { ok: false, detail: newer.message };
       return { ok: true, detail: `the database opens (${tables} tables)` };
     } finally {
       db.close();
@@ -68,7 +69,8 @@ async function probePostgres(state: Extract<StateConfig, { kind: 'postgres' }>):
   const store = new PostgresStore(state);
   try {
     const newest = await store.newestAppliedVersion();
-    if (newest > NEWEST_SCHEMA_VERSION) return { ok: false, detail: new NewerSchemaError(newest).message };
+    const newer = newerSchemaProblem([newest]);
+    if (newer !== undefined) return { ok: false, detail: newer.message };
     return { ok: true, detail: 'a connection answers' };
   } catch (error) {
     return { ok: false, detail: `no connection (${reason(error)})` };
