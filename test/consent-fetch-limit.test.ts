@@ -6,12 +6,6 @@
  * The documents come from a real HTTPS server on 127.0.0.1 (allow_private_addresses); on every store.
  */
 import assert from 'node:assert/strict';
-import { execFileSync } from 'node:child_process';
-import { mkdtemp, readFile, rm } from 'node:fs/promises';
-import { createServer, type Server } from 'node:https';
-import type { AddressInfo } from 'node:net';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import type { FastifyInstance, LightMyRequestResponse } from 'fastify';
 import { buildApp } from '../src/app.js';
@@ -19,41 +13,31 @@ import { MetadataDocuments } from '../src/clients/metadata-document.js';
 import type { Store } from '../src/store/types.js';
 import { STORE_KINDS } from './helpers/databases.js';
 import { authorizeUrl, cookieJar, form, hiddenInput, ISSUER, LOOPBACK_DOCUMENT_CLIENTS, PASSWORD, pkce, testConfig } from './helpers/app.js';
+import { startHttpsServer, type HttpsTestServer } from './helpers/https-server.js';
 import { loadSigningKeys } from './helpers/keys.js';
 
 const ADDRESS_FAILURES = 8;
 const ATTEMPTS = 30;
 const CALLBACK = 'http://127.0.0.1/callback';
 
-let folder = '';
-let server: Server;
+let documentServer: HttpsTestServer;
 let origin = '';
 let cert: Buffer;
 /** Fetches of each document path. */
 const hits = new Map<string, number>();
 
 before(async () => {
-  folder = await mkdtemp(join(tmpdir(), 'pinpoint-consent-fetch-'));
-  execFileSync('openssl', ['req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:P-256', '-nodes', '-days', '1',
-    '-subj', '/CN=127.0.0.1', '-addext', 'subjectAltName=IP:127.0.0.1',
-    '-keyout', join(folder, 'key.pem'), '-out', join(folder, 'cert.pem')], { stdio: 'ignore' });
-  cert = await readFile(join(folder, 'cert.pem'));
   // Every path is a good document of its own URL that may not be kept: each lookup of its client fetches it again.
-  server = createServer({ key: await readFile(join(folder, 'key.pem')), cert }, (request, response) => {
+  documentServer = await startHttpsServer((request, response) => {
     const path = request.url ?? '';
     hits.set(path, (hits.get(path) ?? 0) + 1);
     const body = { client_id: `${origin}${path}`, client_name: 'Doc', redirect_uris: [CALLBACK] };
     response.writeHead(200, { 'content-type': 'application/json', 'cache-control': 'no-store' }).end(JSON.stringify(body));
   });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  origin = `https://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  ({ origin, cert } = documentServer);
 });
 
-after(async () => {
-  server.closeAllConnections();
-  await new Promise((resolve) => server.close(resolve));
-  await rm(folder, { recursive: true, force: true });
-});
+after(async () => documentServer.close());
 
 let made = 0;
 /** A document path no other test uses, so the fetch counts never mix. */

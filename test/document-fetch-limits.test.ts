@@ -6,12 +6,6 @@
  * The documents come from a real HTTPS server on 127.0.0.1 (allow_private_addresses), which counts what it is asked.
  */
 import assert from 'node:assert/strict';
-import { execFileSync } from 'node:child_process';
-import { mkdtemp, readFile, rm } from 'node:fs/promises';
-import { createServer, type Server } from 'node:https';
-import type { AddressInfo } from 'node:net';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import type { FastifyInstance, LightMyRequestResponse } from 'fastify';
 import { buildApp } from '../src/app.js';
@@ -19,12 +13,12 @@ import { MetadataDocuments } from '../src/clients/metadata-document.js';
 import { MemoryStore } from '../src/store/memory.js';
 import { form, ISSUER, LOOPBACK_DOCUMENT_CLIENTS, testConfig } from './helpers/app.js';
 import { assertion, JWT_BEARER, newKey, type ClientKey } from './helpers/proofs.js';
+import { startHttpsServer, type HttpsTestServer } from './helpers/https-server.js';
 import { loadSigningKeys } from './helpers/keys.js';
 
 const ADDRESS_FAILURES = 3;
 
-let folder = '';
-let server: Server;
+let documentServer: HttpsTestServer;
 let origin = '';
 let cert: Buffer;
 let fetches = 0;
@@ -34,13 +28,8 @@ let holdMs = 0;
 
 before(async () => {
   signerKey = await newKey();
-  folder = await mkdtemp(join(tmpdir(), 'pinpoint-fetch-limits-'));
-  execFileSync('openssl', ['req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:P-256', '-nodes', '-days', '1',
-    '-subj', '/CN=127.0.0.1', '-addext', 'subjectAltName=IP:127.0.0.1',
-    '-keyout', join(folder, 'key.pem'), '-out', join(folder, 'cert.pem')], { stdio: 'ignore' });
-  cert = await readFile(join(folder, 'cert.pem'));
   // Every path is a good, cacheable document of its own URL: any fetch succeeds, so only the limits stop them.
-  server = createServer({ key: await readFile(join(folder, 'key.pem')), cert }, (request, response) => {
+  documentServer = await startHttpsServer((request, response) => {
     fetches += 1;
     const path = request.url ?? '';
     // Under /signed-N/: a private_key_jwt document whose keys are at its own jwks_uri (DESIGN.md §13).
@@ -55,15 +44,10 @@ before(async () => {
     if (holdMs > 0) setTimeout(send, holdMs);
     else send();
   });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  origin = `https://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  ({ origin, cert } = documentServer);
 });
 
-after(async () => {
-  server.closeAllConnections();
-  await new Promise((resolve) => server.close(resolve));
-  await rm(folder, { recursive: true, force: true });
-});
+after(async () => documentServer.close());
 
 let made = 0;
 /** A document URL never asked for before, so resolving it fetches. */

@@ -5,15 +5,10 @@
  * server on 127.0.0.1 (allow_private_addresses, as in metadata-document.test.ts), which counts what it is asked.
  */
 import assert from 'node:assert/strict';
-import { execFileSync } from 'node:child_process';
-import { mkdtemp, readFile, rm } from 'node:fs/promises';
-import { createServer, type Server } from 'node:https';
-import type { AddressInfo } from 'node:net';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import type { FastifyInstance, LightMyRequestResponse } from 'fastify';
 import { buildApp } from '../src/app.js';
+import { startHttpsServer, type HttpsTestServer } from './helpers/https-server.js';
 import { loadSigningKeys } from './helpers/keys.js';
 import { MetadataDocuments } from '../src/clients/metadata-document.js';
 import { MemoryStore } from '../src/store/memory.js';
@@ -23,8 +18,7 @@ const REQUESTS = 26;
 const RESOURCE_SERVER_PATH = '/rs';
 const RESOURCE_SERVER_SECRET = 'resource-server-secret';
 
-let folder = '';
-let server: Server;
+let documentServer: HttpsTestServer;
 let origin = '';
 let documents: MetadataDocuments;
 let app: FastifyInstance;
@@ -32,27 +26,21 @@ const hits = new Map<string, number>();
 const hitsOf = (path: string): number => hits.get(path) ?? 0;
 
 before(async () => {
-  folder = await mkdtemp(join(tmpdir(), 'pinpoint-logout-'));
-  execFileSync('openssl', ['req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:P-256', '-nodes', '-days', '1',
-    '-subj', '/CN=127.0.0.1', '-addext', 'subjectAltName=IP:127.0.0.1',
-    '-keyout', join(folder, 'key.pem'), '-out', join(folder, 'cert.pem')], { stdio: 'ignore' });
-  const cert = await readFile(join(folder, 'cert.pem'));
   // Every path is a good document of its own URL, so any fetch the server makes would succeed and be counted.
-  server = createServer({ key: await readFile(join(folder, 'key.pem')), cert }, (request, response) => {
+  documentServer = await startHttpsServer((request, response) => {
     const path = request.url ?? '';
     hits.set(path, hitsOf(path) + 1);
     const body = { client_id: `${origin}${path}`, redirect_uris: ['http://127.0.0.1/callback'] };
     response.writeHead(200, { 'content-type': 'application/json', 'cache-control': 'max-age=3600' }).end(JSON.stringify(body));
   });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  origin = `https://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  origin = documentServer.origin;
 
   const base = await testConfig({
     dynamicClients: LOOPBACK_DOCUMENT_CLIENTS,
   });
   const label = `${origin}${RESOURCE_SERVER_PATH}`;
   const config = { ...base, resourceServers: new Map([[label, { label, secret: RESOURCE_SERVER_SECRET }]]) };
-  documents = new MetadataDocuments({ allowPrivateAddresses: true, ca: cert });
+  documents = new MetadataDocuments({ allowPrivateAddresses: true, ca: documentServer.cert });
   const store = new MemoryStore();
   ({ app } = await buildApp({ config, store, keys: await loadSigningKeys(store), documents }));
   await app.ready();
@@ -61,9 +49,7 @@ before(async () => {
 after(async () => {
   await app.close();
   await documents.close();
-  server.closeAllConnections();
-  await new Promise((resolve) => server.close(resolve));
-  await rm(folder, { recursive: true, force: true });
+  await documentServer.close();
 });
 
 const logout = (clientId: string, extra: Record<string, string> = {}): Promise<LightMyRequestResponse> =>

@@ -18,13 +18,14 @@ import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/
 import { auth, UnauthorizedError, type OAuthClientProvider } from '@modelcontextprotocol/sdk/client/auth.js';
 import { PASSWORD } from './helpers/app.js';
 import { freePort, killAll, removeDeployment, type Deployment, type PinpointProcess } from './helpers/process.js';
+// A self-signed certificate for 127.0.0.1, its own CA: NODE_EXTRA_CA_CERTS points at it.
+import { makeCertificate } from './helpers/https-server.js';
 import {
   BrowserAuthProvider,
   closeServer,
   DocumentServer,
   ExampleServer,
   LoopbackCallback,
-  makeCertificate,
   recordingFetch,
   RefreshBarrier,
   startPinpointWith,

@@ -1,16 +1,11 @@
 /** Client ID metadata documents (DESIGN.md §9): fetched from a real HTTPS server on 127.0.0.1, checked and cached. */
 import assert from 'node:assert/strict';
-import { execFileSync } from 'node:child_process';
 import type { LookupAddress } from 'node:dns';
-import { mkdtemp, readFile, rm } from 'node:fs/promises';
-import { createServer, type Server } from 'node:https';
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { after, before, describe, test, type TestContext } from 'node:test';
 import { checkDocument, documentUrlProblem, freshnessMs, MetadataDocuments, type MetadataDocumentsOptions } from '../src/clients/metadata-document.js';
 import { isPublicAddress, publicOnlyLookup } from '../src/clients/safe-fetch.js';
+import { startHttpsServer, type HttpsTestServer } from './helpers/https-server.js';
 
 const MINUTE = 60_000;
 const BOUNDED = { timeout: 15_000 };
@@ -21,34 +16,25 @@ const hits = new Map<string, number>();
 /** Responses held open by slow routes, ended when the server stops. */
 const held: ServerResponse[] = [];
 let connections = 0;
-let server: Server;
+let documentServer: HttpsTestServer;
 let origin = '';
 let cert: Buffer;
-let folder = '';
 
 before(async () => {
-  folder = await mkdtemp(join(tmpdir(), 'pinpoint-documents-'));
-  execFileSync('openssl', ['req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:P-256', '-nodes', '-days', '1',
-    '-subj', '/CN=127.0.0.1', '-addext', 'subjectAltName=IP:127.0.0.1,IP:::1,DNS:localhost',
-    '-keyout', join(folder, 'key.pem'), '-out', join(folder, 'cert.pem')], { stdio: 'ignore' });
-  cert = await readFile(join(folder, 'cert.pem'));
-  server = createServer({ key: await readFile(join(folder, 'key.pem')), cert }, (request, response) => {
+  documentServer = await startHttpsServer((request, response) => {
     const path = request.url ?? '';
     hits.set(path, (hits.get(path) ?? 0) + 1);
     const route = routes.get(path);
     if (route === undefined) response.writeHead(404).end();
     else route(request, response);
-  });
-  server.on('connection', () => (connections += 1));
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  origin = `https://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  }, 'IP:127.0.0.1,IP:::1,DNS:localhost');
+  documentServer.server.on('connection', () => (connections += 1));
+  ({ origin, cert } = documentServer);
 });
 
 after(async () => {
   for (const response of held) response.destroy();
-  server.closeAllConnections();
-  await new Promise((resolve) => server.close(resolve));
-  await rm(folder, { recursive: true, force: true });
+  await documentServer.close();
 });
 
 let paths = 0;

@@ -6,9 +6,7 @@
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
-import { chmod, mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
-import { createServer, type Server } from 'node:https';
-import type { AddressInfo } from 'node:net';
+import { chmod, mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
@@ -25,6 +23,7 @@ import { openStore } from '../src/store/open.js';
 import type { Store } from '../src/store/types.js';
 import { createPostgresDatabase, POSTGRES_SKIP_REASON, POSTGRES_URL, STORE_KINDS } from './helpers/databases.js';
 import { appPerSuite, basic, client, form, ISSUER, pkce, REDIRECT, SECRET, testApp, type TestApp, testConfig } from './helpers/app.js';
+import { startHttpsServer, type HttpsTestServer } from './helpers/https-server.js';
 import { loadSigningKeys } from './helpers/keys.js';
 import { assertion, JWT_BEARER, newKey, privateJwkOf, type ClientKey, type ProofAlg } from './helpers/proofs.js';
 
@@ -234,10 +233,8 @@ for (const shared of SHARED) {
 }
 
 describe('metadata-document clients with private_key_jwt (DESIGN.md §13)', () => {
-  let server: Server;
+  let documentServer: HttpsTestServer;
   let origin = '';
-  let folder = '';
-  let cert: Buffer;
   const served = new Map<string, unknown>();
   const hits = new Map<string, number>();
   let app: FastifyInstance;
@@ -247,19 +244,14 @@ describe('metadata-document clients with private_key_jwt (DESIGN.md §13)', () =
   let skewMs = 0;
 
   before(async () => {
-    folder = await mkdtemp(join(tmpdir(), 'pinpoint-pkjwt-docs-'));
-    execFileSync('openssl', ['req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:P-256', '-nodes', '-days', '1',
-      '-subj', '/CN=127.0.0.1', '-addext', 'subjectAltName=IP:127.0.0.1', '-keyout', join(folder, 'key.pem'), '-out', join(folder, 'cert.pem')], { stdio: 'ignore' });
-    cert = await readFile(join(folder, 'cert.pem'));
-    server = createServer({ key: await readFile(join(folder, 'key.pem')), cert }, (request, response) => {
+    documentServer = await startHttpsServer((request, response) => {
       const path = request.url ?? '';
       hits.set(path, (hits.get(path) ?? 0) + 1);
       const body = served.get(path);
       if (body === undefined) response.writeHead(404).end();
       else response.writeHead(200, { 'content-type': 'application/json', 'cache-control': 'max-age=300' }).end(JSON.stringify(body));
     });
-    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-    origin = `https://127.0.0.1:${(server.address() as AddressInfo).port}`;
+    origin = documentServer.origin;
     docKey = await newKey('ES256');
     const base = await testConfig();
     const config: Config = {
@@ -267,16 +259,14 @@ describe('metadata-document clients with private_key_jwt (DESIGN.md §13)', () =
       dynamicClients: { audience: ['https://mcp.example.org/mcp'], metadataDocuments: true, registration: 'off', scopes: ['openid'], refreshReuseGraceMs: 0, allowPrivateAddresses: true },
     };
     const store = new MemoryStore();
-    documents = new MetadataDocuments({ allowPrivateAddresses: true, ca: cert, now: () => Date.now() + skewMs });
+    documents = new MetadataDocuments({ allowPrivateAddresses: true, ca: documentServer.cert, now: () => Date.now() + skewMs });
     ({ app } = await buildApp({ config, store, keys: await loadSigningKeys(store), documents }));
     await app.ready();
   });
   after(async () => {
     await app.close();
     await documents.close();
-    server.closeAllConnections();
-    await new Promise((resolve) => server.close(resolve));
-    await rm(folder, { recursive: true, force: true });
+    await documentServer.close();
   });
 
   /** Serves a document at `path` whose client_id is its URL; returns that client_id. */

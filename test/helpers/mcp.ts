@@ -3,9 +3,9 @@
  * environment, the example MCP server as a process, a loopback callback like the one an MCP host runs, an HTTPS
  * server on loopback with a certificate made for the test, and an OAuthClientProvider that signs in through a browser.
  */
-import { execFile, spawn, type ChildProcess } from 'node:child_process';
+import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { mkdtemp, readFile, writeFile } from 'node:fs/promises';
+import { mkdtemp, writeFile } from 'node:fs/promises';
 import { createServer as createHttpServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { createServer as createHttpsServer } from 'node:https';
 import type { AddressInfo } from 'node:net';
@@ -13,7 +13,6 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { promisify } from 'node:util';
 import { fileURLToPath } from 'node:url';
 import type { OAuthClientProvider } from '@modelcontextprotocol/sdk/client/auth.js';
 import type { OAuthClientInformationMixed, OAuthClientMetadata, OAuthTokens } from '@modelcontextprotocol/sdk/shared/auth.js';
@@ -38,15 +37,6 @@ export async function closeServer(server: Server | undefined): Promise<void> {
   if (server === undefined || !server.listening) return;
   server.closeAllConnections();
   await new Promise<void>((resolve) => server.close(() => resolve()));
-}
-
-/** A self-signed certificate for 127.0.0.1 (it is its own CA: NODE_EXTRA_CA_CERTS points at it). */
-export async function makeCertificate(folder: string): Promise<{ certFile: string; cert: Buffer; key: Buffer }> {
-  const certFile = join(folder, 'ca.pem');
-  const keyFile = join(folder, 'key.pem');
-  await promisify(execFile)('openssl', ['req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:P-256', '-nodes', '-days', '1',
-    '-subj', '/CN=127.0.0.1', '-addext', 'subjectAltName=IP:127.0.0.1', '-keyout', keyFile, '-out', certFile], { timeout: 10_000 });
-  return { certFile, cert: await readFile(certFile), key: await readFile(keyFile) };
 }
 
 /** An HTTPS server on 127.0.0.1 serving JSON documents by path (Cache-Control: no-store), recording each request. */
