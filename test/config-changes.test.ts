@@ -37,17 +37,29 @@ async function userinfoStatus(app: FastifyInstance, token: string): Promise<numb
 }
 
 /** A refresh token of webapp (scope openid profile email) issued under the test config, and the store holding it. */
-async function liveGrant(resources: readonly string[] = []): Promise<{ store: MemoryStore; refreshToken: string; cookies: string }> {
+async function liveGrant(resources: readonly string[] = [], scope?: string): Promise<{ store: MemoryStore; refreshToken: string; cookies: string }> {
   const store = new MemoryStore();
   const before = await testApp({ store });
   try {
-    const grant = await signInForCode(before.app, { resources });
+    const grant = await signInForCode(before.app, { resources, ...(scope !== undefined && { scope }) });
     const response = await exchangeCode(before.app, grant);
     assert.equal(response.statusCode, 200, response.body);
     return { store, refreshToken: response.json().refresh_token as string, cookies: grant.cookies };
   } finally {
     await before.app.close();
   }
+}
+
+/** What /introspect tells webapp itself about `token`. */
+async function introspectedByWebapp(app: FastifyInstance, token: string): Promise<Record<string, unknown>> {
+  const response = await app.inject({
+    method: 'POST',
+    url: '/introspect',
+    headers: { 'content-type': 'application/x-www-form-urlencoded', authorization: basic('webapp', SECRET) },
+    payload: form([['token', token]]),
+  });
+  assert.equal(response.statusCode, 200, response.body);
+  return response.json() as Record<string, unknown>;
 }
 
 /** The test config with webapp changed by `change`. */
@@ -147,6 +159,54 @@ describe('config changes reach live grants (DESIGN.md §6)', () => {
       assert.equal(response.json().error, 'invalid_grant');
     } finally {
       await without.app.close();
+    }
+  });
+
+  test('/introspect of a refresh token tells what a refresh would use now: the narrowed aud and scope, or inactive', async () => {
+    const whole = await liveGrant();
+    const bound = await liveGrant([FILES]);
+    const narrowed = await testApp({
+      store: whole.store,
+      config: await withWebapp((webapp) => ({ audience: webapp.audience.filter((entry) => entry !== FILES), scopes: ['openid', 'profile'] })),
+    });
+    try {
+      const answer = await introspectedByWebapp(narrowed.app, whole.refreshToken);
+      assert.equal(answer.active, true, JSON.stringify(answer));
+      const aud = typeof answer.aud === 'string' ? [answer.aud] : (answer.aud as string[]);
+      assert.ok(!aud.includes(FILES) && aud.includes(API), JSON.stringify(aud));
+      assert.equal(answer.scope, 'openid profile');
+    } finally {
+      await narrowed.app.close();
+    }
+    const without = await testApp({ store: bound.store, config: await withWebapp((webapp) => ({ audience: webapp.audience.filter((entry) => entry !== FILES) })) });
+    try {
+      // A refresh of this grant is invalid_grant, so its token is not active.
+      assert.deepEqual(await introspectedByWebapp(without.app, bound.refreshToken), { active: false });
+      assert.equal((await refresh(without.app, bound.refreshToken)).json().error, 'invalid_grant');
+    } finally {
+      await without.app.close();
+    }
+  });
+
+  test('a grant for the provider alone that loses its provider scope is invalid_grant, never widened to the whole audience', async () => {
+    const provider = await liveGrant([], 'openid ssh');
+    const before = await testApp({ store: provider.store });
+    try {
+      const first = await refresh(before.app, provider.refreshToken);
+      assert.equal(first.statusCode, 200, first.body);
+      assert.equal(decodeJwt(first.json().access_token as string).aud, (await testConfig()).baseUrl);
+      provider.refreshToken = first.json().refresh_token as string;
+    } finally {
+      await before.app.close();
+    }
+    const after = await testApp({ store: provider.store, config: await withWebapp(() => ({ scopes: ['openid', 'profile', 'email'] })) });
+    try {
+      assert.deepEqual(await introspectedByWebapp(after.app, provider.refreshToken), { active: false });
+      const response = await refresh(after.app, provider.refreshToken);
+      assert.equal(response.statusCode, 400, response.body);
+      assert.deepEqual(response.json(), { error: 'invalid_grant', error_description: 'none of the resources of this grant may still be asked for by this client' });
+    } finally {
+      await after.app.close();
     }
   });
 

@@ -15,6 +15,7 @@ import { refreshTokenKey } from '../crypto/refresh-token.js';
 import { single } from '../http/params.js';
 import { invalidRequest } from '../policy/oauth-error.js';
 import { audienceClaim, grantAudience } from '../policy/resource.js';
+import { narrowGrant } from '../policy/token-requests.js';
 import type { RefreshTokenStore, ReplayStore } from '../store/types.js';
 import { assertionVerifier, authenticateIntrospectionCaller, claimedClient, type IntrospectionCaller } from '../clients/authentication.js';
 import { handleFormEndpoint, type FormEndpointDeps } from './form-endpoint.js';
@@ -82,7 +83,11 @@ export function introspectionRoutes(deps: IntrospectionRouteDeps): FastifyPlugin
     if (key === undefined) return INACTIVE;
     const lookup = await store.findRefreshToken(key.grantId, key.digest, deps.now());
     if (lookup.status !== 'active' || lookup.grant.clientId !== caller.client.clientId || !deps.isKnownSubject(lookup.grant.subject)) return INACTIVE;
-    const { grant, token: record } = lookup;
+    const { token: record } = lookup;
+    // What a refresh would use now (DESIGN.md §6): the grant as the configuration narrows it, or nothing.
+    const narrowed = narrowGrant(lookup.grant, caller.client, deps.issuer, true);
+    if (!narrowed.ok) return INACTIVE;
+    const grant = narrowed.value;
     return {
       active: true,
       scope: grant.scope.join(' '),

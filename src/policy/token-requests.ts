@@ -138,7 +138,8 @@ export function checkRefreshRequest(
 /**
  * DESIGN.md §6: every refresh checks the grant against the configuration as it is now. Scopes and resources the
  * client may no longer have are dropped (so an `aud` never names a server the client's audience no longer holds);
- * a grant that named resources and has none left is refused, so narrowing never widens it.
+ * a grant that named resources and has none left, or was for the provider alone and has no provider scope left, is
+ * refused, so narrowing never widens it.
  */
 export function narrowGrant<G extends GrantBounds>(grant: G, client: PolicyClient, issuer: string, subjectExists: boolean): Decision<G> {
   if (!subjectExists) return refuse(invalidGrant('the person this grant was made for is no longer known'));
@@ -148,7 +149,10 @@ export function narrowGrant<G extends GrantBounds>(grant: G, client: PolicyClien
   // The issuer stays nameable while a provider scope does (DESIGN.md §5 provider scopes).
   const providerScoped = providerScopeOf(scope) !== undefined;
   const resources = grant.resources.filter((resource) => isNameable(client, resource) || (providerScoped && resource === issuer));
-  if (grant.resources.length > 0 && resources.length === 0) {
+  // A grant for the provider alone (a provider scope) that lost every provider scope would become one for the client's
+  // whole audience: refused like a grant whose named resources are all gone.
+  const lostProvider = !providerScoped && providerScopeOf(grant.scope) !== undefined;
+  if ((grant.resources.length > 0 && resources.length === 0) || lostProvider) {
     return refuse(invalidGrant('none of the resources of this grant may still be asked for by this client'));
   }
   // Nothing dropped (the usual case): the grant itself, not a copy made on every refresh.
