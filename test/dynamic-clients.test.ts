@@ -223,6 +223,55 @@ describe('POST /register (RFC 7591)', () => {
   });
 });
 
+describe("CORS for a dynamic client's page at every process, whichever saw it first (an interop audit: the MCP SDK in a browser)", () => {
+  const WEB = 'https://web.example.org';
+  const tokenRequest = (app: FastifyInstance, origin: string, pairs: [string, string][]): Promise<LightMyRequestResponse> =>
+    app.inject({ method: 'POST', url: '/token', headers: { 'content-type': 'application/x-www-form-urlencoded', origin }, payload: form(pairs) });
+
+  test("a code exchanged, and a token refreshed, at a process that never saw the client answer its redirect origin's page; no other origin's", async () => {
+    const first = await testApp({ config: await dynamicConfig() });
+    let store = first.store;
+    let host: string;
+    let signedIn: Awaited<ReturnType<typeof authorizeAsBrowser>>;
+    try {
+      host = await registerMcpHost(first.app, { redirect_uris: [CALLBACK, `${WEB}/cb`] });
+      signedIn = await authorizeAsBrowser(first.app, host);
+    } finally {
+      await first.app.close();
+    }
+    // Another worker (or the same server after a restart): the same store, nothing remembered in memory.
+    const other = await testApp({ config: await dynamicConfig(), store });
+    let refreshToken: string;
+    try {
+      const code = signedIn.location.searchParams.get('code') ?? '';
+      const pairs: [string, string][] = [['grant_type', 'authorization_code'], ['client_id', host], ['code', code], ['redirect_uri', 'http://127.0.0.1:51000/callback'], ['code_verifier', signedIn.verifier]];
+      const foreign = await tokenRequest(other.app, 'https://evil.example', [...pairs.slice(0, 2), ['code', 'not-a-code'], ...pairs.slice(3)]);
+      assert.equal(foreign.headers['access-control-allow-origin'], undefined, 'another origin naming the client');
+      const exchanged = await tokenRequest(other.app, WEB, pairs);
+      assert.equal(exchanged.statusCode, 200, exchanged.body);
+      assert.equal(exchanged.headers['access-control-allow-origin'], WEB);
+      assert.match(String(exchanged.headers['access-control-expose-headers']), /WWW-Authenticate/);
+      assert.match(String(exchanged.headers.vary), /Origin/);
+      refreshToken = exchanged.json().refresh_token as string;
+    } finally {
+      await other.app.close();
+    }
+    store = other.store;
+    const restarted = await testApp({ config: await dynamicConfig(), store });
+    try {
+      const refreshed = await tokenRequest(restarted.app, WEB, [['grant_type', 'refresh_token'], ['client_id', host], ['refresh_token', refreshToken]]);
+      assert.equal(refreshed.statusCode, 200, refreshed.body);
+      assert.equal(refreshed.headers['access-control-allow-origin'], WEB);
+      // A refusal the page must read is readable too.
+      const refused = await tokenRequest(restarted.app, WEB, [['grant_type', 'refresh_token'], ['client_id', host], ['refresh_token', 'not-a-token']]);
+      assert.equal(refused.json().error, 'invalid_grant');
+      assert.equal(refused.headers['access-control-allow-origin'], WEB);
+    } finally {
+      await restarted.app.close();
+    }
+  });
+});
+
 describe('registration modes and limits', () => {
   test('"token" needs the initial access token; "off" has no endpoint; registrations count against the address', async () => {
     const guarded = await testApp({ config: await dynamicConfig({ registration: 'token', registrationToken: 'initial-access-token' }) });

@@ -29,6 +29,7 @@ const POLICIES: Readonly<Record<string, CorsPolicy>> = {
 
 /** Scripts may read these (RFC 6750 challenges, 429 back-off); nothing else beyond the CORS-safelisted ones. */
 const EXPOSED = ['WWW-Authenticate', 'Retry-After'];
+const EXPOSED_HEADER = EXPOSED.join(', ');
 const COMMON: FastifyCorsOptions = {
   methods: ['GET', 'POST'],
   // Only the request headers Pinpoint reads (DPoP: RFC 9449 proofs at /token and /userinfo).
@@ -89,4 +90,20 @@ export async function corsHook(app: FastifyInstance, basePath: string, isClientO
   });
   if (hook === undefined) throw new Error('@fastify/cors added no onRequest hook');
   return hook;
+}
+
+/**
+ * The answer to a dynamic client's request is readable from its own https redirect origins (DESIGN.md §9), whether or
+ * not this process knew that origin when the request came in: the origins a process remembers are its own, so a
+ * code exchanged at another worker, or a refresh after a restart, was answered without CORS (the browser then kept
+ * the rotated token from the host, which lost its grant). Only the Origin of the request is echoed, and only when the
+ * client it names redirects there: that page could name the client anyway.
+ */
+export function exposeToRedirectOrigin(request: FastifyRequest, reply: FastifyReply, client: { readonly dynamic?: unknown; readonly redirectUris: readonly string[] }): void {
+  const origin = request.headers.origin;
+  if (origin === undefined || client.dynamic === undefined || reply.hasHeader('access-control-allow-origin')) return;
+  if (!client.redirectUris.some((uri) => uri.startsWith('https://') && new URL(uri).origin === origin)) return;
+  reply.header('Access-Control-Allow-Origin', origin);
+  reply.header('Access-Control-Expose-Headers', EXPOSED_HEADER);
+  if (!reply.hasHeader('vary')) reply.header('Vary', 'Origin');
 }

@@ -15,6 +15,7 @@ import { assertionVerifier, authenticateClient, claimedClient } from '../clients
 import { proofOf } from './dpop-request.js';
 import { handleFormEndpoint, type FormEndpointDeps } from './form-endpoint.js';
 import { useCredentialsOnce } from './one-time-credentials.js';
+import { exposeToRedirectOrigin } from '../http/cors.js';
 
 /** RFC 9126 §2.2: the request_uri is this URN and a random value. */
 export const REQUEST_URI_PREFIX = 'urn:ietf:params:oauth:request_uri:';
@@ -65,6 +66,7 @@ export function parRoutes(deps: ParRouteDeps): FastifyPluginAsync {
         // RFC 9449 §10.1: a DPoP proof at /par binds the code to its key; judged before the client, as at /token.
         const proof = await proofOf(deps, request);
         const { client, assertionReplay } = await authenticateClient(presented, await claimedClient(deps.clients, presented), verifyAssertion);
+        exposeToRedirectOrigin(request, reply, client);
         request.clientId = client.clientId;
         const pushed = authorizationParameters(params, client.clientId, proof?.jkt);
         const validation = validateAuthorizationRequest(pushed, { found: true, client }, deps.issuer, 'par');

@@ -16,6 +16,7 @@ import { assertionVerifier, authenticateClient, claimedClient } from '../clients
 import { handleFormEndpoint, type FormEndpointDeps } from './form-endpoint.js';
 import { useCredentialsOnce } from './one-time-credentials.js';
 import { grantIdOfJti } from '../tokens/claims.js';
+import { exposeToRedirectOrigin } from '../http/cors.js';
 
 export type RevocationStores = GrantStore & RefreshTokenStore & RevokedTokenStore & ReplayStore;
 
@@ -60,6 +61,7 @@ export function revocationRoutes(deps: RevocationRouteDeps): FastifyPluginAsync 
     app.post('/revoke', async (request, reply) =>
       handleFormEndpoint(deps, request, reply, async (params, presented) => {
         const { client, assertionReplay } = await authenticateClient(presented, await claimedClient(deps.clients, presented), verifyAssertion);
+        exposeToRedirectOrigin(request, reply, client);
         const token = single(params, 'token');
         if (token === undefined) throw invalidRequest('token is required');
         await useCredentialsOnce(store, { assertion: assertionReplay, proof: undefined }, deps.now());

@@ -20,6 +20,7 @@ import { deviceCodeGrant } from './grants/device-code.js';
 import { runGrant, type GrantHandler } from './grants/grant.js';
 import { refreshTokenGrant } from './grants/refresh-token.js';
 import { tokenExchangeGrant } from './grants/token-exchange.js';
+import { exposeToRedirectOrigin } from '../http/cors.js';
 
 /** The state /token reads and changes (token exchange reads grants and revocations through tokenState). */
 export type TokenStores = GrantStore & AuthorizationCodeStore & RefreshTokenStore & DeviceCodeStore & ReplayStore;
@@ -69,6 +70,7 @@ export function tokenRoutes(deps: TokenRouteDeps): FastifyPluginAsync {
         // RFC 9449 §5: a proof is judged before the client; neither records its jti until the grant has judged the request.
         const proof = await proofOf(deps, request);
         const { client, assertionReplay } = await authenticateClient(presented, await claimedClient(deps.clients, presented), verifyAssertion);
+        exposeToRedirectOrigin(request, reply, client);
         const unproven = proofRequirement(client, proof !== undefined);
         if (unproven !== undefined) throw unproven;
         const audit = (fields: Record<string, unknown>): void => {

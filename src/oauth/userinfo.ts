@@ -16,6 +16,7 @@ import { accessTokenStands, type AccessTokenStateSources } from '../tokens/acces
 import { releasedClaims } from '../tokens/claims.js';
 import { proofOf } from './dpop-request.js';
 import { useCredentialsOnce } from './one-time-credentials.js';
+import { exposeToRedirectOrigin } from '../http/cors.js';
 
 type Scheme = 'Bearer' | 'DPoP';
 
@@ -141,6 +142,7 @@ async function answer(deps: UserinfoRouteDeps, request: FastifyRequest, reply: F
   const clientId = typeof payload.client_id === 'string' ? payload.client_id : undefined;
   request.clientId = clientId;
   const client = await deps.clients.find(clientId);
+  if (client !== undefined) exposeToRedirectOrigin(request, reply, client);
   const scope = typeof payload.scope === 'string' ? payload.scope.split(' ') : [];
   const refused = await tokenRefusal(deps, payload, client, scope);
   if (refused !== undefined) return invalidToken(refused);
