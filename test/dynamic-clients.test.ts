@@ -192,6 +192,10 @@ describe('POST /register (RFC 7591)', () => {
     const twice = await register(t.app, { redirect_uris: [CALLBACK], grant_types: ['authorization_code', 'authorization_code'] });
     assert.equal(twice.statusCode, 201, twice.body);
     assert.deepEqual(twice.json().grant_types, ['authorization_code']);
+    // VS Code asks for every grant type the metadata lists: what a dynamic client cannot have is left out, and answered so.
+    const vscode = await register(t.app, { redirect_uris: [CALLBACK, 'https://vscode.dev/redirect'], grant_types: ['authorization_code', 'refresh_token', 'urn:ietf:params:oauth:grant-type:device_code'], token_endpoint_auth_method: 'none', client_name: 'Visual Studio Code' });
+    assert.equal(vscode.statusCode, 201, vscode.body);
+    assert.deepEqual(vscode.json().grant_types, ['authorization_code', 'refresh_token']);
     const refreshing = await register(t.app, { redirect_uris: [CALLBACK], grant_types: ['authorization_code', 'refresh_token'], scope: 'mcp offline_access' });
     assert.equal(refreshing.json().scope, 'mcp offline_access');
     const notRefreshing = await register(t.app, { redirect_uris: [CALLBACK], scope: 'mcp offline_access' });

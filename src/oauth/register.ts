@@ -40,6 +40,9 @@ const badRedirect = (description: string): OAuthError => new OAuthError('invalid
 
 const text = (max: number) => z.string().min(1).max(max);
 const MAX_REDIRECT_URIS = 20;
+const MAX_GRANT_TYPES = 20;
+/** The grants a dynamic client may have (DESIGN.md §9); what else a host asks for is left out of its registration. */
+const DYNAMIC_GRANT_TYPES: readonly string[] = ['authorization_code', 'refresh_token'];
 const httpsUrl = text(2048).refine((value) => URL.canParse(value) && new URL(value).protocol === 'https:', { message: 'must be an https URL' });
 
 const REQUEST = z.object({
@@ -48,7 +51,7 @@ const REQUEST = z.object({
     .min(1, 'redirect_uris must not be empty')
     .max(MAX_REDIRECT_URIS, `redirect_uris may hold at most ${MAX_REDIRECT_URIS} URIs`),
   token_endpoint_auth_method: z.enum(['none', 'client_secret_basic', 'client_secret_post']).optional(),
-  grant_types: z.array(z.enum(['authorization_code', 'refresh_token'])).min(1).max(2).optional(),
+  grant_types: z.array(text(256)).min(1, 'grant_types must not be empty').max(MAX_GRANT_TYPES, `grant_types may hold at most ${MAX_GRANT_TYPES} values`).optional(),
   response_types: z.array(z.literal('code')).length(1).optional(),
   application_type: z.enum(['native', 'web']).optional(),
   client_name: text(200).optional(),
@@ -76,7 +79,9 @@ export function validateRegistration(body: unknown, dynamic: DynamicClientsConfi
     const problem = dynamicRedirectUriProblem(uri, request.application_type);
     if (problem !== undefined) throw badRedirect(`"${bounded(uri)}" ${problem}`);
   }
-  const grantTypes = [...new Set(request.grant_types ?? (['authorization_code'] as const))];
+  // RFC 7591 §2, §3.2.1: the server may replace what it does not grant, and answers what it registered. VS Code asks
+  // for every grant type the metadata lists (device_code too): refusing it would leave such hosts unable to register.
+  const grantTypes = [...new Set(request.grant_types ?? ['authorization_code'])].filter((grantType) => DYNAMIC_GRANT_TYPES.includes(grantType)) as ('authorization_code' | 'refresh_token')[];
   // RFC 7591 §2.1: the code response type, the only one, goes with the authorization_code grant.
   if (!grantTypes.includes('authorization_code')) throw badMetadata('grant_types must include authorization_code (the code response type needs it)');
   const scope = registeredScope(request.scope, dynamic, grantTypes);
