@@ -202,10 +202,15 @@ describe('CORS', () => {
     assert.match(String(preflight.headers['access-control-allow-headers']), /\bdpop\b/i);
   });
 
-  test('preflight OPTIONS /jwks and metadata: any origin', async () => {
-    for (const url of ['/jwks', '/.well-known/openid-configuration']) {
-      const response = await t.app.inject({ method: 'OPTIONS', url, headers: { origin: OTHER_ORIGIN, 'access-control-request-method': 'GET' } });
+  test('preflight OPTIONS /jwks and metadata: any origin, and any request header (the MCP SDK sends MCP-Protocol-Version)', async () => {
+    for (const url of ['/jwks', '/.well-known/openid-configuration', '/.well-known/oauth-authorization-server']) {
+      const response = await t.app.inject({
+        method: 'OPTIONS',
+        url,
+        headers: { origin: OTHER_ORIGIN, 'access-control-request-method': 'GET', 'access-control-request-headers': 'mcp-protocol-version' },
+      });
       assert.equal(response.headers['access-control-allow-origin'], '*', url);
+      assert.match(String(response.headers['access-control-allow-headers']), /mcp-protocol-version/i, url);
     }
   });
 

@@ -41,7 +41,10 @@ const COMMON: FastifyCorsOptions = {
 };
 
 const NO_CORS: FastifyCorsOptions = Object.freeze({ origin: false });
-const ANY_ORIGIN: FastifyCorsOptions = Object.freeze({ ...COMMON, origin: '*' });
+// Public documents and /register take any request header: the MCP SDK sends MCP-Protocol-Version to the metadata,
+// and a refused preflight costs a browser host a console error and a second request.
+const { allowedHeaders: _clientHeaders, ...ANY_HEADERS } = COMMON;
+const ANY_ORIGIN: FastifyCorsOptions = Object.freeze({ ...ANY_HEADERS, origin: '*' });
 
 export function policyOf(path: string, basePath: string): CorsPolicy | undefined {
   // RFC 8414 §3.1 copies of the metadata live outside the issuer's path.
