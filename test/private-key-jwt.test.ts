@@ -140,6 +140,18 @@ for (const kind of STORE_KINDS) {
       assertInvalidClient(await post(t.app, '/token', [...clientCredentials, ...withAssertion(again)]), /already used/);
     });
 
+    test('a spent assertion is refused before the grant judges anything: it cannot learn whether a code or refresh token is good', async () => {
+      const spent = await assertion(signerKey, { clientId: 'signer', audience: ISSUER });
+      assert.equal((await post(t.app, '/token', [...clientCredentials, ...withAssertion(spent)])).statusCode, 200);
+      for (const grant of [
+        [['grant_type', 'authorization_code'], ['code', 'not-a-code'], ['redirect_uri', 'https://app.example/cb'], ['code_verifier', 'v'.repeat(43)]],
+        [['grant_type', 'refresh_token'], ['refresh_token', 'not-a-token']],
+        [['grant_type', 'client_credentials'], ['scope', 'not-allowed']],
+      ] as [string, string][][]) {
+        assertInvalidClient(await post(t.app, '/token', [...grant, ...withAssertion(spent)]), /already used/);
+      }
+    });
+
     test('a request refused after the client authenticated records nothing: its assertion stays usable (DESIGN.md §1)', async () => {
       const good = await assertion(signerKey, { clientId: 'signer', audience: ISSUER });
       const refused = await post(t.app, '/token', [['grant_type', 'client_credentials'], ['scope', 'not-allowed'], ...withAssertion(good)]);

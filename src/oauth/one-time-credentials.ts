@@ -14,6 +14,18 @@ export interface OneTimeCredentials {
   readonly proof: UsedOnce | undefined;
 }
 
+/** What a spent client assertion gets, wherever it is found spent. */
+const spentAssertion = () => invalidClient('the client assertion was already used (its jti was seen before)');
+
+/**
+ * A client assertion used before is refused as soon as the client is authenticated (RFC 7523 §3: a jti accepted once),
+ * not only before the state change: a replayed assertion must not learn whether a code or refresh token is good from
+ * the grant's own refusal. Reads only; useCredentialsOnce still records it, all or none, once the request passed.
+ */
+export async function refuseSpentAssertion(replays: ReplayStore, assertion: UsedOnce | undefined, now: number): Promise<void> {
+  if (assertion !== undefined && (await replays.isUsedOnce('client_assertion', assertion.id, now))) throw spentAssertion();
+}
+
 /**
  * Records the request's one-time credentials as used, or throws when one was used before: invalid_client for the
  * assertion (checked first, as the client is), invalid_dpop_proof with `proofStatus` for the proof (401 at /userinfo).
@@ -28,6 +40,6 @@ export async function useCredentialsOnce(replays: ReplayStore, credentials: OneT
   if (entries.length === 0) return;
   const marked = await replays.markAllUsedOnce(entries, now);
   if (marked.ok) return;
-  if (marked.used === 'client_assertion') throw invalidClient('the client assertion was already used (its jti was seen before)');
+  if (marked.used === 'client_assertion') throw spentAssertion();
   throw invalidProof('the DPoP proof was already used (its jti was seen before); make a new proof for each request', proofStatus);
 }

@@ -13,7 +13,7 @@ import type { AccessTokenStateSources } from '../tokens/access-token-state.js';
 import type { TokenSigner } from '../tokens/response.js';
 import { proofOf } from './dpop-request.js';
 import { handleFormEndpoint, type FormEndpointDeps } from './form-endpoint.js';
-import { useCredentialsOnce } from './one-time-credentials.js';
+import { refuseSpentAssertion, useCredentialsOnce } from './one-time-credentials.js';
 import { authorizationCodeGrant } from './grants/authorization-code.js';
 import { clientCredentialsGrant } from './grants/client-credentials.js';
 import { deviceCodeGrant } from './grants/device-code.js';
@@ -71,6 +71,7 @@ export function tokenRoutes(deps: TokenRouteDeps): FastifyPluginAsync {
         const proof = await proofOf(deps, request);
         const { client, assertionReplay } = await authenticateClient(presented, await claimedClient(deps.clients, presented), verifyAssertion);
         exposeToRedirectOrigin(request, reply, client);
+        await refuseSpentAssertion(store, assertionReplay, deps.now());
         const unproven = proofRequirement(client, proof !== undefined);
         if (unproven !== undefined) throw unproven;
         const audit = (fields: Record<string, unknown>): void => {

@@ -462,6 +462,11 @@ export class MemoryStore implements Store {
     return { ok: true };
   }
 
+  async isUsedOnce(kind: ReplayKind, id: string, now: number): Promise<boolean> {
+    const until = this.#usedOnce.get(usedOnceKey(kind, id));
+    return until !== undefined && until > now;
+  }
+
   async savePushedRequest(record: PushedRequestRecord): Promise<void> {
     if (this.#pushedRequests.has(record.digest)) throw new Error('pushed request digest already exists');
     this.#pushedRequests.set(record.digest, { json: JSON.stringify(record), expiresAt: record.expiresAt });

@@ -443,6 +443,10 @@ export class SqlStore implements Store {
     return { ok: false, used: await this.#firstUsed(entries, now) };
   }
 
+  async isUsedOnce(kind: ReplayKind, id: string, now: number): Promise<boolean> {
+    return (await this.#driver.read(SQL.findUsedOnce, [kind, id, now])).length > 0;
+  }
+
   async savePushedRequest(record: PushedRequestRecord): Promise<void> {
     await this.#driver.write(SQL.insertPushedRequest, pushedRequestParams(record));
   }

@@ -362,6 +362,8 @@ export interface ReplayStore {
    * (the first such in the list). Across workers and instances sharing the store; an expired record is taken over.
    */
   markAllUsedOnce(entries: readonly UsedOnceEntry[], now: number): Promise<UsedOnceOutcome>;
+  /** Whether `id` of `kind` is recorded as used and unexpired at `now`; reads only. */
+  isUsedOnce(kind: ReplayKind, id: string, now: number): Promise<boolean>;
 }
 
 /** A pushed authorization request (RFC 9126): the /authorize parameters as sent to /par, for its client only. */
