@@ -4,15 +4,60 @@ import { after, before, describe, test } from 'node:test';
 import type { FastifyInstance, LightMyRequestResponse } from 'fastify';
 import { generateKeyPair, SignJWT } from 'jose';
 import type { Config } from '../src/config/types.js';
-import { authorizeSilently, cookieJar, exchangeCode, hiddenInput, ISSUER, signInForCode, type TestApp, testApp, testConfig } from './helpers/app.js';
+import {
+  authorizeSilently,
+  authorizeUrl,
+  cookieJar,
+  exchangeCode,
+  form,
+  hiddenInput,
+  ISSUER,
+  PASSWORD,
+  pkce,
+  REDIRECT,
+  resumeAuthorization,
+  signInForCode,
+  type TestApp,
+  testApp,
+  testConfig,
+} from './helpers/app.js';
 
 const AFTER_LOGOUT = 'http://127.0.0.1:9000/signed-out';
 
+/** The test config with a logout URI for webapp, and a second person, mallory (alice's password). */
 async function configWithLogoutUri(): Promise<Config> {
   const config = await testConfig();
   const webapp = config.clients.get('webapp');
-  assert.ok(webapp);
-  return { ...config, clients: new Map([...config.clients, ['webapp', { ...webapp, postLogoutRedirectUris: [AFTER_LOGOUT] }]]) };
+  const alice = config.users.get('alice');
+  assert.ok(webapp && alice);
+  return {
+    ...config,
+    users: new Map([...config.users, ['mallory', { ...alice, username: 'mallory' }]]),
+    clients: new Map([...config.clients, ['webapp', { ...webapp, postLogoutRedirectUris: [AFTER_LOGOUT] }]]),
+  };
+}
+
+/** An ID token for webapp naming mallory: someone else's hint, as any person can get their own. */
+async function mallorysIdToken(app: FastifyInstance): Promise<string> {
+  const { verifier, challenge } = pkce();
+  const start = await app.inject({
+    url: authorizeUrl([['response_type', 'code'], ['client_id', 'webapp'], ['redirect_uri', REDIRECT], ['scope', 'openid'], ['code_challenge', challenge], ['code_challenge_method', 'S256']]),
+  });
+  let cookies = cookieJar('', start);
+  const page = await app.inject({ url: String(start.headers.location), headers: { cookie: cookies } });
+  cookies = cookieJar(cookies, page);
+  const posted = await app.inject({
+    method: 'POST',
+    url: '/login',
+    headers: { cookie: cookies, 'content-type': 'application/x-www-form-urlencoded' },
+    payload: form([['csrf', hiddenInput(page.body, 'csrf')], ['login', hiddenInput(page.body, 'login')], ['username', 'mallory'], ['password', PASSWORD]]),
+  });
+  const resumed = await resumeAuthorization(app, posted, cookieJar(cookies, posted));
+  const code = new URL(String(resumed.response.headers.location)).searchParams.get('code');
+  assert.ok(code);
+  const tokens = await exchangeCode(app, { code, verifier });
+  assert.equal(tokens.statusCode, 200, tokens.body);
+  return tokens.json().id_token as string;
 }
 
 /** Signs alice in; returns her session cookies and an ID token for webapp. */
@@ -28,6 +73,18 @@ const stillSignedIn = async (app: FastifyInstance, cookies: string): Promise<boo
 
 const clearsSession = (response: LightMyRequestResponse): boolean =>
   [response.headers['set-cookie'] ?? []].flat().some((line) => /^pinpoint_session=;.*Max-Age=0/.test(line));
+
+const setsSessionCookie = (response: LightMyRequestResponse): boolean =>
+  [response.headers['set-cookie'] ?? []].flat().some((line) => line.startsWith('pinpoint_session='));
+
+/** A form POST to /logout, as a page of another site submits it: SameSite=Lax keeps the session cookie off it. */
+const postLogout = (app: FastifyInstance, fields: Record<string, string>, cookie?: string): Promise<LightMyRequestResponse> =>
+  app.inject({
+    method: 'POST',
+    url: '/logout',
+    headers: { 'content-type': 'application/x-www-form-urlencoded', ...(cookie !== undefined && { cookie }) },
+    payload: new URLSearchParams(fields).toString(),
+  });
 
 describe('/logout', () => {
   let t: TestApp;
@@ -132,5 +189,65 @@ describe('/logout', () => {
     });
     assert.equal(confirmed.statusCode, 200);
     assert.match(confirmed.body, /You are signed out/);
+  });
+
+  test('a request without the session cookie never answers with a clearing Set-Cookie: it signs out no browser', async () => {
+    const { cookies, idToken } = await signedIn(t.app);
+    const response = await t.app.inject({ url: `/logout?${new URLSearchParams({ id_token_hint: idToken, post_logout_redirect_uri: AFTER_LOGOUT, state: 'bye-3' })}` });
+    assert.equal(response.statusCode, 303, response.body);
+    assert.equal(response.headers.location, `${AFTER_LOGOUT}?state=bye-3`);
+    assert.equal(setsSessionCookie(response), false, String(response.headers['set-cookie']));
+    const page = await t.app.inject({ url: `/logout?${new URLSearchParams({ id_token_hint: idToken })}` });
+    assert.match(page.body, /You are signed out/);
+    assert.equal(setsSessionCookie(page), false);
+    assert.equal(await stillSignedIn(t.app, cookies), true, 'nothing ended the session the request did not name');
+  });
+
+  test('a POST without the session cookie (from another site) is sent on to GET with its parameters, and ends or asks there', async () => {
+    const { cookies, idToken } = await signedIn(t.app);
+    const fields = { id_token_hint: idToken, post_logout_redirect_uri: AFTER_LOGOUT, state: 'bye-4' };
+    const posted = await postLogout(t.app, { ...fields, unknown: 'dropped' });
+    assert.equal(posted.statusCode, 303, posted.body);
+    assert.equal(setsSessionCookie(posted), false, 'the POST clears nothing');
+    const location = new URL(String(posted.headers.location), ISSUER);
+    assert.equal(location.pathname, '/logout');
+    assert.deepEqual([...location.searchParams], Object.entries(fields));
+    assert.equal(await stillSignedIn(t.app, cookies), true);
+    // The GET is a top-level navigation: the browser sends the cookie; the hint names the person, so it ends at once.
+    const ended = await t.app.inject({ url: `${location.pathname}${location.search}`, headers: { cookie: cookies } });
+    assert.equal(ended.statusCode, 303, ended.body);
+    assert.equal(ended.headers.location, `${AFTER_LOGOUT}?state=bye-4`);
+    assert.ok(clearsSession(ended));
+    assert.equal(await stillSignedIn(t.app, cookies), false, 'the session row is gone: a copy of the cookie no longer works');
+
+    // Someone else's hint: the GET finds another person signed in and asks; nothing ends.
+    const victim = await signedIn(t.app);
+    const forged = await postLogout(t.app, { id_token_hint: await mallorysIdToken(t.app) });
+    assert.equal(forged.statusCode, 303, forged.body);
+    const asked = await t.app.inject({ url: String(forged.headers.location), headers: { cookie: victim.cookies } });
+    assert.equal(asked.statusCode, 200);
+    assert.match(asked.body, /<form/);
+    assert.ok(!clearsSession(asked));
+    assert.equal(await stillSignedIn(t.app, victim.cookies), true);
+  });
+
+  test('a POST without the session cookie that would be refused gets the error page, not a redirect', async () => {
+    const { idToken } = await signedIn(t.app);
+    const refused: Record<string, string>[] = [{ id_token_hint: idToken, post_logout_redirect_uri: 'https://attacker.example/' }, { id_token_hint: 'not-a-token' }, { state: 's'.repeat(2049) }];
+    for (const fields of refused) {
+      const response = await postLogout(t.app, fields);
+      assert.equal(response.statusCode, 400, response.body);
+      assert.equal(response.headers.location, undefined);
+      assert.equal(setsSessionCookie(response), false);
+    }
+  });
+
+  test('a POST with the session cookie (from a page of the same site) is answered as before', async () => {
+    const { cookies, idToken } = await signedIn(t.app);
+    const response = await postLogout(t.app, { id_token_hint: idToken, post_logout_redirect_uri: AFTER_LOGOUT, state: 'bye-5' }, cookies);
+    assert.equal(response.statusCode, 303, response.body);
+    assert.equal(response.headers.location, `${AFTER_LOGOUT}?state=bye-5`);
+    assert.ok(clearsSession(response));
+    assert.equal(await stillSignedIn(t.app, cookies), false);
   });
 });

@@ -1,14 +1,15 @@
 /**
  * GET/POST /logout (OpenID Connect RP-Initiated Logout 1.0, DESIGN.md §8). With a valid id_token_hint for the
  * signed-in person the session ends at once; otherwise the person confirms on a page (a CSRF-protected form).
- * A refused logout (error page) keeps the session; logout revokes no refresh token.
+ * A refused logout (error page) keeps the session; logout revokes no refresh token. A POST from another site comes
+ * without the session cookie (SameSite=Lax): it is sent on to GET, which a top-level navigation makes with the cookie.
  */
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import type { ClientDirectory } from '../clients/directory.js';
 import type { ClientRecord } from '../config/types.js';
 import { verifyIdTokenHint } from '../crypto/jwt.js';
 import type { SigningKeys } from '../crypto/keys.js';
-import type { CookieSettings } from '../http/cookies.js';
+import { readCookie, type CookieSettings } from '../http/cookies.js';
 import { formTargetOf, pageHeaders, sendPage } from '../http/pages.js';
 import { checkLimits, EMPTY_PARAMS, parseParams, queryOf, repeatedParameter, single, type Params } from '../http/params.js';
 import { redirectWith } from '../http/redirects.js';
@@ -17,7 +18,7 @@ import { logoutConfirmationPage, signedOutPage } from '../http/templates.js';
 import { bounded } from '../log.js';
 import { OAuthError } from '../policy/oauth-error.js';
 import { csrfToken, csrfValid } from '../session/csrf.js';
-import { currentSession, endSession } from '../session/session.js';
+import { currentSession, endSession, SESSION_COOKIE } from '../session/session.js';
 import type { SessionStore } from '../store/types.js';
 
 /** What /logout uses, wired by buildApp. */
@@ -45,6 +46,13 @@ interface LogoutRequest {
 }
 
 const refused = (description: string): OAuthError => new OAuthError('invalid_request', description);
+
+/** The parameters of a logout request (RP-Initiated Logout 1.0 §2), the ones a POST without the session cookie carries to GET. */
+const LOGOUT_PARAMETERS = ['id_token_hint', 'logout_hint', 'client_id', 'post_logout_redirect_uri', 'state', 'ui_locales'] as const;
+
+/** Whether the browser sent the session cookie: it does not on a POST from another site (SameSite=Lax). */
+const carriesSessionCookie = (deps: LogoutRouteDeps, request: FastifyRequest): boolean =>
+  readCookie(request.headers.cookie, deps.cookies, SESSION_COOKIE) !== undefined;
 
 /** The subject and client of a valid id_token_hint; an OAuthError when it is not one of ours or names another client. */
 async function readHint(deps: LogoutRouteDeps, hint: string, clientId: string | undefined): Promise<{ subject?: string; clientId?: string } | OAuthError> {
@@ -92,7 +100,8 @@ async function parse(deps: LogoutRouteDeps, params: Params): Promise<LogoutReque
 
 async function signOut(deps: LogoutRouteDeps, request: FastifyRequest, reply: FastifyReply, logout: LogoutRequest): Promise<FastifyReply> {
   const session = await currentSession(deps, request, deps.now());
-  await endSession(deps.store, deps.cookies, request, reply);
+  // A request without the cookie clears nothing: its clearing Set-Cookie would sign out a browser that did not send it.
+  if (carriesSessionCookie(deps, request)) await endSession(deps.store, deps.cookies, request, reply);
   request.clientId = logout.client?.clientId;
   request.outcome = 'ok';
   request.log.info({ audit: true, event: 'logout', subject: session?.subject, client_id: logout.client?.clientId }, 'signed out');
@@ -124,10 +133,24 @@ async function handle(deps: LogoutRouteDeps, request: FastifyRequest, reply: Fas
   return confirmation(deps, request, reply, logout);
 }
 
+/**
+ * A logout request POSTed without the session cookie (from another site: SameSite=Lax), checked, then sent to GET with
+ * its parameters: that navigation carries the cookie, so the signed-in person's session is found and the usual rules
+ * apply (ended at once for a hint naming that person, else the confirmation page), never "nobody is signed in".
+ */
+async function sendToGet(deps: LogoutRouteDeps, reply: FastifyReply, form: Params): Promise<FastifyReply> {
+  const logout = await parse(deps, form);
+  if (logout instanceof OAuthError) return sendErrorPage(reply, logout);
+  const carried = LOGOUT_PARAMETERS.flatMap((name) => (form.get(name) ?? []).map((value): [string, string] => [name, value]));
+  return pageHeaders(reply).redirect(`${deps.basePath}/logout?${new URLSearchParams(carried).toString()}`, 303);
+}
+
 /** POST: the confirmation form (or a sign-out button of Pinpoint's pages) when `confirm` is present, else a logout request. */
 async function submitted(deps: LogoutRouteDeps, request: FastifyRequest, reply: FastifyReply): Promise<FastifyReply> {
   const form = (request.body as Params | undefined) ?? EMPTY_PARAMS;
-  if (single(form, 'confirm') === undefined) return handle(deps, request, reply, form, false);
+  if (single(form, 'confirm') === undefined) {
+    return carriesSessionCookie(deps, request) ? handle(deps, request, reply, form, false) : sendToGet(deps, reply, form);
+  }
   // The confirmation form (and the sign-out buttons of Pinpoint's pages) must come from this server's pages.
   if (!csrfValid(deps.cookies, request, single(form, 'csrf'))) return sendErrorPage(reply, refused('the sign-out form expired; try again'));
   const rest = new Map([...form].filter(([name]) => name !== 'csrf' && name !== 'confirm'));
