@@ -16,12 +16,14 @@ import { startSession } from '../session/session.js';
 import type {
   FederationStateRecord,
   FederationStateStore,
+  LoginRequestRecord,
   LoginRequestStore,
   SessionStore,
-  SubjectClaims,
   SubjectClaimsStore,
 } from '../store/types.js';
 import { finishSignIn } from './finish.js';
+import { identityOf, mergedClaims, subjectValueOf, wantsUserinfo } from './upstream-identity.js';
+import { reauthenticationFor, upstreamAuthTime, upstreamParameters } from './upstream-reauthentication.js';
 
 /** What upstream sign-in uses, wired by buildApp. */
 export interface FederationRouteDeps {
@@ -57,6 +59,8 @@ const unreachable = (upstream: FederationRecord): OAuthError =>
   new OAuthError('temporarily_unavailable', `${upstream.name} cannot be reached right now; try again later`, 502);
 const failedExchange = (upstream: FederationRecord): OAuthError =>
   new OAuthError('server_error', `the sign-in with ${upstream.name} could not be completed; try again later`, 502);
+const notReauthenticated = (upstream: FederationRecord): OAuthError =>
+  new OAuthError('server_error', `${upstream.name} did not confirm that you signed in again, as the application asked; the sign-in was not completed`, 502);
 
 /** Plain http is accepted only for an issuer on this machine (tests, local development). */
 function isLoopbackHttp(issuer: URL): boolean {
@@ -92,22 +96,31 @@ function upstreamAnswer(error: Error): Record<string, string> {
   return {};
 }
 
-/** Discovery per upstream, kept for the plugin's life; a failed attempt is forgotten so the next sign-in tries again. */
+/**
+ * A failed discovery is remembered this long: starts from any number of addresses then make at most one request to a
+ * failing upstream per interval (4 a minute), while a person retrying after the upstream is back waits 15 s at most.
+ */
+const FAILED_DISCOVERY_MS = 15_000;
+
+/** Discovery per upstream, kept for the plugin's life; a failed attempt is remembered for FAILED_DISCOVERY_MS, then tried again. */
 type Discovery = (upstream: FederationRecord) => Promise<oidc.Configuration>;
 
-function cachedDiscovery(): Discovery {
-  const discovered = new Map<string, Promise<oidc.Configuration>>();
+function cachedDiscovery(now: () => number): Discovery {
+  const discovered = new Map<string, { readonly pending: Promise<oidc.Configuration>; failedAt?: number }>();
   return (upstream) => {
     const cached = discovered.get(upstream.name);
-    if (cached !== undefined) return cached;
+    if (cached !== undefined && (cached.failedAt === undefined || now() - cached.failedAt < FAILED_DISCOVERY_MS)) return cached.pending;
     const issuer = new URL(upstream.issuer);
     const pending = oidc.discovery(issuer, upstream.clientId, undefined, oidc.ClientSecretBasic(upstream.clientSecret), {
       timeout: UPSTREAM_TIMEOUT_SECONDS,
-      ...(isLoopbackHttp(issuer) && { execute: [oidc.allowInsecureRequests] }),
+      // The ID token's signature is checked against the upstream's jwks_uri (openid-client skips it by default for an
+      // answer of the token endpoint); that check refuses alg "none" even when discovery lists it (and HS*).
+      execute: [...(isLoopbackHttp(issuer) ? [oidc.allowInsecureRequests] : []), oidc.enableNonRepudiationChecks],
     });
-    discovered.set(upstream.name, pending);
+    const entry: { readonly pending: Promise<oidc.Configuration>; failedAt?: number } = { pending };
+    discovered.set(upstream.name, entry);
     pending.catch(() => {
-      if (discovered.get(upstream.name) === pending) discovered.delete(upstream.name);
+      entry.failedAt = now();
     });
     return pending;
   };
@@ -124,29 +137,22 @@ function upstreamFailed(request: FastifyRequest, reply: FastifyReply, upstream: 
   return sendErrorPage(reply, stage === 'discovery' || isNetworkFailure(error) ? unreachable(upstream) : failedExchange(upstream));
 }
 
-/** The person's identity from the ID token, completed from userinfo when the ID token lacks email or name. */
-async function identityOf(
+/** The person's claims from the ID token, completed from userinfo when the ID token lacks what is wanted (upstream-identity.ts). */
+async function upstreamClaims(
   request: FastifyRequest,
   upstream: FederationRecord,
   configuration: oidc.Configuration,
   tokens: oidc.TokenEndpointResponse,
   idToken: oidc.IDToken,
-): Promise<{ claims: Record<string, unknown>; identity: SubjectClaims }> {
-  let claims: Record<string, unknown> = { ...idToken };
-  const wantsMore =
-    (claims.email === undefined && upstream.scopes.includes('email')) || (claims.name === undefined && upstream.scopes.includes('profile'));
-  if (wantsMore && configuration.serverMetadata().userinfo_endpoint !== undefined) {
-    try {
-      const userinfo = await oidc.fetchUserInfo(configuration, tokens.access_token, idToken.sub);
-      claims = { ...userinfo, ...claims };
-    } catch (error) {
-      request.log.warn({ upstream: upstream.name, stage: 'userinfo', ...describeFailure(error) }, 'upstream userinfo failed; continuing with the ID token');
-    }
+): Promise<Record<string, unknown>> {
+  if (!wantsUserinfo(upstream, idToken) || configuration.serverMetadata().userinfo_endpoint === undefined) return mergedClaims(idToken, undefined);
+  try {
+    // openid-client refuses an answer whose sub is not the ID token's.
+    return mergedClaims(idToken, await oidc.fetchUserInfo(configuration, tokens.access_token, idToken.sub));
+  } catch (error) {
+    request.log.warn({ upstream: upstream.name, stage: 'userinfo', ...describeFailure(error) }, 'upstream userinfo failed; continuing with the ID token');
+    return mergedClaims(idToken, undefined);
   }
-  // DESIGN.md §7: an address is passed on only when the upstream says it verified it.
-  const email = typeof claims.email === 'string' && claims.email_verified === true ? claims.email : undefined;
-  const name = typeof claims.name === 'string' ? claims.name : undefined;
-  return { claims, identity: { ...(email !== undefined && { email }), ...(name !== undefined && { name }) } };
 }
 
 /** Keeps state, nonce and PKCE verifier on the server, bound to this browser; the upstream's authorization URL. */
@@ -156,14 +162,14 @@ async function authorizationUrl(
   reply: FastifyReply,
   configuration: oidc.Configuration,
   upstream: FederationRecord,
-  loginId: string,
+  login: LoginRequestRecord,
 ): Promise<URL> {
   const state = oidc.randomState();
   const nonce = oidc.randomNonce();
   const codeVerifier = oidc.randomPKCECodeVerifier();
   await deps.store.saveFederationState({
     state,
-    loginId,
+    loginId: login.id,
     upstream: upstream.name,
     codeVerifier,
     nonce,
@@ -177,6 +183,8 @@ async function authorizationUrl(
     code_challenge_method: 'S256',
     state,
     nonce,
+    // prompt=login and max_age reach the upstream, which holds the person's session there.
+    ...upstreamParameters(reauthenticationFor(login.purpose)),
   });
 }
 
@@ -201,12 +209,13 @@ async function startAdmitted(deps: FederationRouteDeps, discover: Discovery, kee
   try {
     configuration = await discover(upstream);
   } catch (error) {
-    // The upstream's failure (502), not the requester's: its status counts nothing.
+    // The upstream's failure (502), yet counted against the address: a loop of such starts must end in 429.
+    keep();
     return upstreamFailed(request, reply, upstream, 'discovery', error);
   }
   // Counted before it is written, as /authorize counts a login request.
   keep();
-  const target = await authorizationUrl(deps, request, reply, configuration, upstream, pending.id);
+  const target = await authorizationUrl(deps, request, reply, configuration, upstream, pending);
   request.outcome = 'ok';
   return pageHeaders(reply).redirect(target.href, 303);
 }
@@ -259,7 +268,7 @@ async function exchangeCode(issuer: string, discover: Discovery, answered: Answe
     return { ok: false, stage: 'discovery', error };
   }
   try {
-    // openid-client checks the ID token's signature, iss, aud, exp and nonce.
+    // openid-client checks the ID token's iss, aud, exp and nonce, and (enableNonRepudiationChecks) its signature.
     const tokens = await oidc.authorizationCodeGrant(configuration, new URL(`${callbackUrl(issuer, upstream)}?${query}`), {
       expectedState: pending.state,
       expectedNonce: pending.nonce,
@@ -283,17 +292,24 @@ async function signInAs(
   exchange: Extract<Exchange, { ok: true }>,
 ): Promise<FastifyReply> {
   const { pending, upstream } = answered;
-  const { claims, identity } = await identityOf(request, upstream, exchange.configuration, exchange.tokens, exchange.idToken);
-  const subjectValue = upstream.subjectClaim === undefined ? exchange.idToken.sub : claims[upstream.subjectClaim];
-  if (typeof subjectValue !== 'string' || subjectValue === '') {
-    request.log.warn({ upstream: upstream.name, subjectClaim: upstream.subjectClaim }, 'upstream sent no usable subject claim');
+  const claims = await upstreamClaims(request, upstream, exchange.configuration, exchange.tokens, exchange.idToken);
+  const subjectValue = subjectValueOf(upstream, exchange.idToken.sub, claims);
+  if (!subjectValue.ok) {
+    const message = subjectValue.reason === 'missing' ? 'upstream sent no usable subject claim' : 'upstream did not verify the email the subject is made of';
+    request.log.warn({ upstream: upstream.name, subjectClaim: upstream.subjectClaim }, message);
     return sendErrorPage(reply, failedExchange(upstream));
   }
-  const subject = `${upstream.name}:${subjectValue}`;
+  const subject = `${upstream.name}:${subjectValue.value}`;
+  const identity = identityOf(claims);
   const now = deps.now();
   const login = await deps.store.findLoginRequest(pending.loginId, now);
   if (login === undefined) return sendErrorPage(reply, expiredSignIn());
-  await startSession(deps.store, request, reply, { cookies: deps.cookies, lifetimeMs: deps.sessionLifetimeMs, now }, subject, identity);
+  const authTime = upstreamAuthTime(reauthenticationFor(login.purpose), exchange.idToken.auth_time, login.createdAt, now);
+  if (authTime === undefined) {
+    request.log.warn({ upstream: upstream.name, authTime: exchange.idToken.auth_time ?? null }, 'upstream did not show the fresh authentication it was asked for');
+    return sendErrorPage(reply, notReauthenticated(upstream));
+  }
+  await startSession(deps.store, request, reply, { cookies: deps.cookies, lifetimeMs: deps.sessionLifetimeMs, now, authTime }, subject, identity);
   await deps.store.saveSubjectClaims(subject, identity, now + SUBJECT_CLAIMS_LIFETIME_MS);
   request.log.info({ audit: true, event: 'sign_in', outcome: 'success', user: bounded(subject), method: `federation:${upstream.name}`, address: request.ip }, 'signed in');
   return finishSignIn(deps.store, reply, deps.basePath, login, now);
@@ -322,7 +338,7 @@ async function callbackAdmitted(deps: FederationRouteDeps, discover: Discovery, 
 }
 
 export function federationRoutes(deps: FederationRouteDeps): FastifyPluginAsync {
-  const discover = cachedDiscovery();
+  const discover = cachedDiscovery(deps.now);
   return async (app) => {
     app.get('/federation/start', { config: { page: true } }, async (request, reply) => startUpstream(deps, discover, request, reply));
     app.get('/federation/:upstream/callback', { config: { page: true } }, async (request, reply) => upstreamCallback(deps, discover, request, reply));

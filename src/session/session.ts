@@ -31,18 +31,19 @@ export async function currentSession(lookup: SessionLookup, request: FastifyRequ
 /**
  * A new session for `subject` in a fresh cookie. The session the browser's cookie named before is deleted first: a
  * sign-in ends it (whoever kept a copy of the old cookie can no longer use it, nor can it outlive a later sign-out).
+ * `authTime` is when the person authenticated (an upstream's auth_time); a local sign-in is now.
  */
 export async function startSession(
   sessions: SessionStore,
   request: FastifyRequest,
   reply: FastifyReply,
-  settings: { readonly cookies: CookieSettings; readonly lifetimeMs: number; readonly now: number },
+  settings: { readonly cookies: CookieSettings; readonly lifetimeMs: number; readonly now: number; readonly authTime?: number },
   subject: string,
   claims: SubjectClaims,
 ): Promise<SessionRecord> {
   const { now } = settings;
   const secret = newSecret();
-  const session: SessionRecord = { digest: secret.digest, subject, claims, authTime: now, expiresAt: now + settings.lifetimeMs };
+  const session: SessionRecord = { digest: secret.digest, subject, claims, authTime: settings.authTime ?? now, expiresAt: now + settings.lifetimeMs };
   // One step: a failed write leaves the old session as it was, never a browser signed out and not in.
   await sessions.createSession(session, cookieSessionDigest(request, settings.cookies));
   reply.header('Set-Cookie', serializeCookie(SESSION_COOKIE, secret.value, settings.cookies));
