@@ -39,23 +39,8 @@ async function configWithLogoutUri(): Promise<Config> {
 
 /** An ID token for webapp naming mallory: someone else's hint, as any person can get their own. */
 async function mallorysIdToken(app: FastifyInstance): Promise<string> {
-  const { verifier, challenge } = pkce();
-  const start = await app.inject({
-    url: authorizeUrl([['response_type', 'code'], ['client_id', 'webapp'], ['redirect_uri', REDIRECT], ['scope', 'openid'], ['code_challenge', challenge], ['code_challenge_method', 'S256']]),
-  });
-  let cookies = cookieJar('', start);
-  const page = await app.inject({ url: String(start.headers.location), headers: { cookie: cookies } });
-  cookies = cookieJar(cookies, page);
-  const posted = await app.inject({
-    method: 'POST',
-    url: '/login',
-    headers: { cookie: cookies, 'content-type': 'application/x-www-form-urlencoded' },
-    payload: form([['csrf', hiddenInput(page.body, 'csrf')], ['login', hiddenInput(page.body, 'login')], ['username', 'mallory'], ['password', PASSWORD]]),
-  });
-  const resumed = await resumeAuthorization(app, posted, cookieJar(cookies, posted));
-  const code = new URL(String(resumed.response.headers.location)).searchParams.get('code');
-  assert.ok(code);
-  const tokens = await exchangeCode(app, { code, verifier });
+  const grant = await signInForCode(app, { scope: 'openid', username: 'mallory' });
+  const tokens = await exchangeCode(app, grant);
   assert.equal(tokens.statusCode, 200, tokens.body);
   return tokens.json().id_token as string;
 }

@@ -191,6 +191,8 @@ export interface AuthorizeOptions {
   readonly nonce?: string;
   readonly state?: string;
   readonly extra?: readonly (readonly [string, string])[];
+  /** Who signs in (a local user with PASSWORD); alice by default. */
+  readonly username?: string;
 }
 
 /** Runs /authorize -> sign-in form -> POST credentials and returns the code and the verifier. */
@@ -220,7 +222,7 @@ export async function signInForCode(app: FastifyInstance, options: AuthorizeOpti
     payload: form([
       ['csrf', hiddenInput(loginPage.body, 'csrf')],
       ['login', hiddenInput(loginPage.body, 'login')],
-      ['username', 'alice'],
+      ['username', options.username ?? 'alice'],
       ['password', PASSWORD],
     ]),
   });
