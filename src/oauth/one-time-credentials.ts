@@ -22,8 +22,8 @@ const spentAssertion = () => invalidClient('the client assertion was already use
  * not only before the state change: a replayed assertion must not learn whether a code or refresh token is good from
  * the grant's own refusal. Reads only; useCredentialsOnce still records it, all or none, once the request passed.
  */
-export async function refuseSpentAssertion(replays: ReplayStore, assertion: UsedOnce | undefined, now: number): Promise<void> {
-  if (assertion !== undefined && (await replays.isUsedOnce('client_assertion', assertion.id, now))) throw spentAssertion();
+export async function refuseSpentAssertion(replays: ReplayStore, assertion: UsedOnce, now: number): Promise<void> {
+  if (await replays.isUsedOnce('client_assertion', assertion.id, now)) throw spentAssertion();
 }
 
 /**

@@ -71,7 +71,8 @@ export function tokenRoutes(deps: TokenRouteDeps): FastifyPluginAsync {
         const proof = await proofOf(deps, request);
         const { client, assertionReplay } = await authenticateClient(presented, await claimedClient(deps.clients, presented), verifyAssertion);
         exposeToRedirectOrigin(request, reply, client);
-        await refuseSpentAssertion(store, assertionReplay, deps.now());
+        // Only an assertion has something to look up: no promise is awaited for a secret or a public client.
+        if (assertionReplay !== undefined) await refuseSpentAssertion(store, assertionReplay, deps.now());
         const unproven = proofRequirement(client, proof !== undefined);
         if (unproven !== undefined) throw unproven;
         const audit = (fields: Record<string, unknown>): void => {
