@@ -5,6 +5,7 @@ import { buildApp } from './app.js';
 import type { Config } from './config/types.js';
 import { KeyRing } from './crypto/keys.js';
 import { MetadataDocuments } from './clients/metadata-document.js';
+import { drainableConnections } from './http/connection-drain.js';
 import type { Metrics } from './http/metrics.js';
 import type { LimiterLink } from './http/shared-limiter.js';
 import { startHousekeeping } from './housekeeping.js';
@@ -29,7 +30,10 @@ export interface RunningServer {
   readonly state: string;
   /** The published key ids at start. */
   readonly keyIds: readonly string[];
-  /** Stops accepting, answers the requests in flight (app.close()), then lets go of the store and everything else. */
+  /**
+   * Stops accepting and drains the connections (connection-drain.ts: every request on them answered, each with
+   * `Connection: close`), then lets go of the store and everything else.
+   */
   close(): Promise<void>;
 }
 
@@ -60,8 +64,11 @@ export async function startServer(config: Config, options: ServerOptions): Promi
   });
 
   const stopHousekeeping = startHousekeeping({ store, keys, logger, housekeeper: options.housekeeper ?? true });
+  const connections = drainableConnections(app.server);
   const close = async (): Promise<void> => {
     stopHousekeeping();
+    // Before app.close(), whose http.Server#close would close the idle keep-alive connections at once.
+    await connections.drain();
     await app.close();
     await documents?.close();
     await store.close();

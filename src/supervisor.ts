@@ -17,8 +17,9 @@ import { ConfigInvalid, formatProblem } from './config/problems.js';
 import type { Config } from './config/types.js';
 import { formatListen } from './config/urls.js';
 import { workerCount, workersWithoutState, type WorkersSetting } from './config/workers.js';
-import { clusterMetrics, processRegistry, serveMetrics, type MetricsText } from './http/metrics.js';
+import { ClusterMetrics, COLLECT_EVERY_MS, processRegistry, serveMetrics } from './http/metrics.js';
 import { BudgetPool, isBudgetAsk, isBudgetReleased } from './http/budget-shares.js';
+import { DRAIN_DEADLINE_MS } from './http/connection-drain.js';
 import { fanOutLimiterMessage, isHandoverMessage, isLimiterMessage, relayHandover } from './http/shared-limiter.js';
 import { createLogger } from './log.js';
 import { isPinpointServer, pidIn } from './pid-file.js';
@@ -35,8 +36,11 @@ const MAX_YOUNG_DEATHS = 10;
 const START_TIMEOUT_MS = 60_000;
 /** The slot whose worker sweeps the store and writes the key_rotation audit line (every N has a slot 0). */
 const HOUSEKEEPING_SLOT = 0;
-/** A worker asked to stop that still has requests after this long is killed, so no hung request holds a stop or a reload forever. */
-const DRAIN_TIMEOUT_MS = 30_000;
+/**
+ * A worker asked to stop that has not exited this long after it was asked is killed: it closes what it still has at
+ * its own drain deadline, so only a stuck process (a store that does not close) is.
+ */
+const DRAIN_TIMEOUT_MS = DRAIN_DEADLINE_MS + 5_000;
 
 /** When to start a worker in place of one that died: at once after a long life, then doubling while they die young. */
 export class RestartBackoff {
@@ -148,8 +152,10 @@ class Supervisor {
   #reloadAgain = false;
   #pidWritten = false;
   /** Made when a metrics listener first opens: the process figures sample the event loop about 100 times a second. */
-  #metricsSource: MetricsText | undefined;
+  #metricsSource: ClusterMetrics | undefined;
   #metricsServer: MetricsListener | undefined;
+  /** Takes the workers' figures between scrapes while a metrics listener is open, so a crash loses little of them. */
+  #collecting: NodeJS.Timeout | undefined;
   #finish: (code: number) => void = () => undefined;
   /** Rejects when a worker that was already serving dies before the first start completes. */
   #startFailed: (error: Error) => void = () => undefined;
@@ -277,6 +283,7 @@ class Supervisor {
       }
       if (isBudgetAsk(message)) return this.#budgets.ask(worker.id, message);
       if (isBudgetReleased(message)) return this.#budgets.released(worker.id, message);
+      if (this.#metricsSource?.received(worker, message) === true) return;
       if (!isWorkerMessage(message)) return;
       if (message.pinpoint === 'hello') {
         // A worker asked to stop before it said hello has nothing to start.
@@ -298,6 +305,9 @@ class Supervisor {
       this.#members.delete(member);
       this.#budgets.gone(worker.id);
       if (!member.ready) notReady(new Error(member.failure ?? `a worker exited (${code ?? signal}) before it was serving`));
+      // Its last figures may still be on the channel: they are read before the channel reports it closed.
+      if (worker.isConnected()) worker.once('disconnect', () => this.#metricsSource?.left(worker));
+      else this.#metricsSource?.left(worker);
       exited();
       this.#onExit(member, code, signal);
     });
@@ -375,6 +385,7 @@ class Supervisor {
     if (signal !== undefined) this.#logger.info({ signal }, 'stopping: the workers finish their in-flight requests');
     for (const timer of this.#restarts.values()) clearTimeout(timer);
     this.#restarts.clear();
+    clearInterval(this.#collecting);
     const members = [...this.#members];
     for (const member of members) this.#retire(member);
     await Promise.all(members.map((member) => member.exited));
@@ -556,9 +567,12 @@ class Supervisor {
   }
 
   async #openMetrics(listen: { readonly host: string; readonly port: number }): Promise<MetricsListener> {
-    this.#metricsSource ??= clusterMetrics(processRegistry('primary'), () =>
+    this.#metricsSource ??= new ClusterMetrics(processRegistry('primary'), () =>
       [...this.#members].filter((member) => member.ready).map((member) => ({ worker: member.worker, current: this.#slots[member.slot] === member })),
     );
+    this.#collecting ??= setInterval(() => {
+      if (this.#metricsServer !== undefined) this.#metricsSource?.collect();
+    }, COLLECT_EVERY_MS).unref();
     return { listen: formatListen(listen), server: await serveMetrics({ registry: this.#metricsSource }, listen) };
   }
 }

@@ -14,6 +14,8 @@ import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
+import { Agent, request as undiciRequest } from 'undici';
+import { COLLECT_EVERY_MS } from '../src/http/metrics.js';
 import { basic, form } from './helpers/app.js';
 import {
   SECRET,
@@ -607,6 +609,160 @@ describe('metrics added by a reload', () => {
     await eventually('the reload', () => server.logs.some((record) => String(record.msg).startsWith('configuration reloaded')), 1200);
     await requestsSummedAtMetrics(server, metricsPort, 6);
   });
+});
+
+/** Requests of `loops` loops over one keep-alive pool, until `until` settles; each loop sends at most `most`. */
+interface KeepAliveLoad {
+  /** Every status, or the code of every request that got none. */
+  readonly results: readonly (number | string)[];
+  /** Answers that asked for their connection to be closed (the draining workers'). */
+  readonly closing: number;
+  /** Whether a loop stopped at `most` before `until` settled. */
+  readonly cappedOut: boolean;
+}
+
+/**
+ * client_credentials requests from 8 loops over 4 keep-alive connections (undici, as proxies and SDKs hold them),
+ * until `until` settles; each loop sends at most 3,000, so the load stays bounded whatever happens (a reload under it
+ * takes 10-20 s on a 2-core machine, about 10,000 requests in all).
+ */
+async function keepAliveLoad(baseUrl: string, until: Promise<unknown>, shape = { loops: 8, connections: 4, most: 3_000 }): Promise<KeepAliveLoad> {
+  const agent = new Agent({ connections: shape.connections, keepAliveTimeout: 30_000, pipelining: 1 });
+  let running = true;
+  const stop = (): void => {
+    running = false;
+  };
+  until.then(stop, stop);
+  const results: (number | string)[] = [];
+  let closing = 0;
+  let cappedOut = false;
+  const body = form([['grant_type', 'client_credentials']]);
+  const headers = { authorization: basic('webapp', SECRET), 'content-type': 'application/x-www-form-urlencoded' };
+  try {
+    await Promise.all(
+      Array.from({ length: shape.loops }, async () => {
+        let sent = 0;
+        for (; running && sent < shape.most; sent += 1) {
+          try {
+            const answer = await undiciRequest(`${baseUrl}/token`, { method: 'POST', dispatcher: agent, body, headers });
+            await answer.body.text();
+            results.push(answer.statusCode);
+            if (answer.headers.connection === 'close') closing += 1;
+          } catch (error) {
+            results.push((error as NodeJS.ErrnoException).code ?? (error as Error).message);
+          }
+        }
+        if (sent === shape.most) cappedOut = true;
+      }),
+    );
+  } finally {
+    await agent.close();
+  }
+  return { results, closing, cappedOut };
+}
+
+/**
+ * What a draining worker does with its connections and its counts (an outside audit): a reload under keep-alive load
+ * reset 3-5 of 14,000 requests (the old worker closed idle keep-alive connections as clients sent on them), and
+ * /metrics counted a worker that answered late twice, and lost what a drained or killed worker counted since the last
+ * scrape. A server of 2 workers, with a metrics listener and a pid file.
+ */
+function drainingSuite(state: () => Promise<StateSpec>, metricsTests: boolean): void {
+  let deployment: Deployment | undefined;
+  let server: PinpointProcess;
+  let metricsPort: number;
+  let pidFile: string;
+
+  before(async () => {
+    deployment = await createDeployment({ state: await state() });
+    metricsPort = await freePort();
+    pidFile = join(deployment.folder, 'pinpoint.pid');
+    const extra = `workers = 2\nmetrics {\n  listen = "127.0.0.1:${metricsPort}"\n}\n`;
+    await writeFile(deployment.configFile, `${await readFile(deployment.configFile, 'utf8')}${extra}`);
+    server = await startPinpoint(deployment, { args: ['--pid-file', pidFile] });
+    await twoWorkers(server);
+  });
+  after(async () => {
+    await killAll();
+    await removeDeployment(deployment);
+  });
+
+  const reload = async (): Promise<void> => {
+    const reloaded = await cli(['reload', '--config', deployment?.configFile as string, '--pid-file', pidFile]);
+    assert.equal(reloaded.code, 0, reloaded.stderr);
+  };
+
+  /** The client_credentials tokens /metrics says were issued. */
+  const tokensIssued = async (): Promise<number> =>
+    metricValue((await fresh(`http://127.0.0.1:${metricsPort}`, '/metrics')).body, 'pinpoint_tokens_issued_total', 'grant_type="client_credentials"') ?? 0;
+
+  test('a reload under keep-alive load from 8 loops: every request is answered 200, none is reset; the old workers answer on their connections asking to close them', async () => {
+    const before = await twoWorkers(server);
+    const reloading = reload();
+    const [load] = await Promise.all([keepAliveLoad(server.baseUrl, reloading), reloading]);
+    const failed = load.results.filter((result) => result !== 200);
+    assert.deepEqual(failed, [], `${failed.length} of ${load.results.length} requests got no 200`);
+    assert.equal(load.cappedOut, false, `the load lasted the whole reload (${load.results.length} requests)`);
+    const drained = server.logs.filter((record) => record.msg === 'stopped' && before.includes(record.pid as number));
+    assert.equal(drained.length, 2, 'both old workers drained under the load');
+    assert.ok(load.closing > 0, `answers with Connection: close: ${load.closing}`);
+  });
+
+  if (!metricsTests) return;
+
+  test('/metrics: a worker that answers the primary late (SIGSTOP 3 s) counts with its last figures meanwhile, and once when it answers again', async () => {
+    const base = await tokensIssued();
+    const answers = await sequence(10, () => clientCredentials(server.baseUrl));
+    assert.ok(answers.every((answer) => answer.status === 200));
+    assert.equal(await tokensIssued(), base + 10);
+    const victim = await pidOf(server, (answers[0] as Answer).requestId);
+    process.kill(victim, 'SIGSTOP');
+    try {
+      // The primary waits 2 s for a worker's figures.
+      assert.equal(await tokensIssued(), base + 10, 'while the worker is stopped');
+      await sleep(1000);
+    } finally {
+      process.kill(victim, 'SIGCONT');
+    }
+    assert.equal(await tokensIssued(), base + 10, 'once it answers again');
+    assert.equal(await tokensIssued(), base + 10, 'and after');
+  });
+
+  test('/metrics: a reload keeps what the old workers counted since the last scrape (each sends its last figures as it drains)', async () => {
+    const base = await tokensIssued();
+    const answers = await sequence(5, () => clientCredentials(server.baseUrl));
+    assert.ok(answers.every((answer) => answer.status === 200));
+    await reload();
+    assert.equal(await tokensIssued(), base + 5);
+  });
+
+  test(`/metrics: a SIGKILLed worker takes with it at most what it counted in the last ${COLLECT_EVERY_MS / 1000} s (the primary collects every worker's figures that often)`, async () => {
+    const base = await tokensIssued();
+    const answers = await sequence(10, () => clientCredentials(server.baseUrl));
+    assert.ok(answers.every((answer) => answer.status === 200));
+    const victim = await pidOf(server, (answers[0] as Answer).requestId);
+    // Nothing scrapes meanwhile: only the primary's own collection, at least once in this time, takes the counts.
+    await sleep(COLLECT_EVERY_MS + 2_000);
+    process.kill(victim, 'SIGKILL');
+    await eventually('the replacement worker', async () => {
+      const workers = await workersOf(server.child.pid as number);
+      return workers.length === 2 && !workers.includes(victim);
+    });
+    assert.equal(await tokensIssued(), base + 10);
+  });
+}
+
+describe('draining workers on SQLite: keep-alive connections and /metrics', () => {
+  drainingSuite(async () => ({ path: 'data/pinpoint.db' }), true);
+});
+
+describe('draining workers on PostgreSQL: keep-alive connections', { skip: POSTGRES_URL === undefined ? 'PINPOINT_TEST_POSTGRES_URL is unset: no PostgreSQL to test against' : false }, () => {
+  let database: TestDatabase | undefined;
+  after(async () => database?.drop());
+  drainingSuite(async () => {
+    database = await createTestDatabase(POSTGRES_URL as string, 'pinpoint_drain');
+    return { url: database.url };
+  }, false);
 });
 
 describe('workers and the state they need', () => {
