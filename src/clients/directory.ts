@@ -7,6 +7,7 @@ import { ClientKeySets, type ClientKeys } from './private-key-jwt.js';
 import type { AssertionKeys, ClientRecord, Config, DynamicClientsConfig } from '../config/types.js';
 import { randomText } from '../crypto/random.js';
 import { parseScope } from '../policy/scope.js';
+import { httpsRedirectOrigins } from '../policy/redirect-uri.js';
 import type { RegisteredClientRecord, RegisteredClientStore } from '../store/types.js';
 import type { MetadataDocument, MetadataDocuments } from './metadata-document.js';
 
@@ -250,9 +251,7 @@ export class ClientDirectory {
    */
   rememberOrigins(client: ClientRecord): void {
     if (client.dynamic === undefined) return;
-    for (const uri of client.redirectUris) {
-      if (!uri.startsWith('https://')) continue;
-      const origin = new URL(uri).origin;
+    for (const origin of httpsRedirectOrigins(client.redirectUris)) {
       this.#origins.delete(origin);
       if (this.#origins.size >= MAX_DYNAMIC_ORIGINS) this.#origins.delete(this.#origins.values().next().value as string);
       this.#origins.add(origin);

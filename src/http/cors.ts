@@ -5,6 +5,7 @@
 import cors, { type FastifyCorsOptions } from '@fastify/cors';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { pathOf } from './params.js';
+import { httpsRedirectOrigins } from '../policy/redirect-uri.js';
 
 declare module 'fastify' {
   interface FastifyContextConfig {
@@ -105,7 +106,7 @@ export async function corsHook(app: FastifyInstance, basePath: string, isClientO
 export function exposeToRedirectOrigin(request: FastifyRequest, reply: FastifyReply, client: { readonly dynamic?: unknown; readonly redirectUris: readonly string[] }): void {
   const origin = request.headers.origin;
   if (origin === undefined || client.dynamic === undefined || reply.hasHeader('access-control-allow-origin')) return;
-  if (!client.redirectUris.some((uri) => uri.startsWith('https://') && new URL(uri).origin === origin)) return;
+  if (!httpsRedirectOrigins(client.redirectUris).includes(origin)) return;
   reply.header('Access-Control-Allow-Origin', origin);
   reply.header('Access-Control-Expose-Headers', EXPOSED_HEADER);
   if (!reply.hasHeader('vary')) reply.header('Vary', 'Origin');

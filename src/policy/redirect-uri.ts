@@ -48,6 +48,10 @@ export function redirectUriMatches(registered: readonly string[], presented: str
 /** True for a loopback http redirect URI (RFC 8252 §7.3). */
 export const isLoopbackRedirect = (uri: string): boolean => LOOPBACK.test(uri);
 
+/** The origins of a dynamic client's https redirect URIs: where its pages may read the client endpoints' answers (DESIGN.md §9). */
+export const httpsRedirectOrigins = (redirectUris: readonly string[]): string[] =>
+  redirectUris.filter((uri) => uri.startsWith('https://')).map((uri) => new URL(uri).origin);
+
 /** Schemes that run code or read local data: never a redirect URI (RFC 8252 §8.4, DESIGN.md §9). */
 const NEVER_SCHEMES = new Set(['javascript:', 'data:', 'file:', 'vbscript:', 'blob:', 'about:', 'filesystem:', 'ws:', 'wss:', 'ftp:']);
 
