@@ -2,7 +2,7 @@
  * DESIGN.md §11: a failure limit holds for the whole server, not per worker. Each worker holds its share of a budget and
  * asks the primary for more (budget-shares.ts). Here the primary's BudgetPool and each worker's RequestsInFlight and
  * failure limiter are the real ones; only the cluster channel between them is a queue that delivers each message on a
- * later turn of the event loop, in order, as node:cluster's IPC does. Over real workers: test/workers.test.ts.
+ * later turn of the event loop, in order, as node:cluster's IPC does. Over real workers: test/workers*.test.ts.
  */
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';

@@ -1,7 +1,7 @@
 /**
  * DESIGN.md §11 (a draining worker refuses no request): connection-drain.ts over real sockets, with a quiet moment of
  * 300 ms and a deadline of 2 s. Requests are written by hand on raw connections, so that a test decides when each
- * byte is sent; the worker's own drain is tested through `pinpoint serve` in workers.test.ts.
+ * byte is sent; the worker's own drain is tested through `pinpoint serve` in workers-drain.test.ts.
  */
 import assert from 'node:assert/strict';
 import { createServer, type Server } from 'node:http';

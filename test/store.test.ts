@@ -48,6 +48,18 @@ const ACCESS_TOKEN_MS = 5 * MINUTE;
 const digest = (): string => createHash('sha256').update(randomBytes(16)).digest('hex');
 const randomId = (prefix: string): string => `${prefix}-${randomBytes(8).toString('hex')}`;
 
+/**
+ * `make` for each of `count`, at most 25 at a time: bulk set-up as a busy server's pool sees it, not a thousand writes
+ * queued for ten PostgreSQL connections (on a loaded machine the last ones waited past the pool's connect timeout).
+ */
+async function inBatches<T>(count: number, make: (index: number) => Promise<T>): Promise<T[]> {
+  const made: T[] = [];
+  for (let start = 0; start < count; start += 25) {
+    made.push(...(await Promise.all(Array.from({ length: Math.min(25, count - start) }, (_, offset) => make(start + offset)))));
+  }
+  return made;
+}
+
 function makeGrant(now: number, overrides: Partial<Grant> = {}): Grant {
   return {
     id: randomId('grant'),
@@ -905,7 +917,7 @@ function storeSuite(name: string, backend: () => Backend): void {
         return { grant, code, token };
       };
       // More than one revocation batch (sql.ts REVOKE_BATCH).
-      const bulk = await Promise.all(Array.from({ length: 2 * REVOKE_BATCH + 17 }, () => exchanged({ subject: 'bulk', clientId: 'crawler' })));
+      const bulk = await inBatches(2 * REVOKE_BATCH + 17, () => exchanged({ subject: 'bulk', clientId: 'crawler' }));
       const aliceWeb = await exchanged({ subject: 'alice', clientId: 'webapp' });
       const aliceCli = await exchanged({ subject: 'alice', clientId: 'cli' });
       const bobWeb = await exchanged({ subject: 'bob', clientId: 'webapp' });
@@ -1277,7 +1289,7 @@ function storeSuite(name: string, backend: () => Backend): void {
       await store.createSession(liveSession);
 
       // More than one sweep batch of login requests.
-      await Promise.all(Array.from({ length: 1234 }, () => store.saveLoginRequest(makeLoginRequest(past, { expiresAt: now - 1 }))));
+      await inBatches(1234, () => store.saveLoginRequest(makeLoginRequest(past, { expiresAt: now - 1 })));
       const liveRequest = makeLoginRequest(now);
       await store.saveLoginRequest(liveRequest);
       await store.saveFederationState(makeFederationState(past, { expiresAt: now - 1 }));
@@ -1451,8 +1463,9 @@ function storeSuite(name: string, backend: () => Backend): void {
       const clients = [abandoned, withLiveGrant, withExpiredGrant, unexpired];
       // More than two sweep batches of abandoned clients, each with a consent.
       const many = Array.from({ length: 2 * SWEEP_BATCH + 7 }, () => makeRegisteredClient(past, { expiresAt: now - 1 }));
-      await Promise.all([...clients, ...many].map((client) => store.saveRegisteredClient(client)));
-      await Promise.all([...clients, ...many].map((client) => store.saveConsent(makeConsent('alice', client.clientId, past))));
+      const everyClient = [...clients, ...many];
+      await inBatches(everyClient.length, (index) => store.saveRegisteredClient(everyClient[index] as RegisteredClientRecord));
+      await inBatches(everyClient.length, (index) => store.saveConsent(makeConsent('alice', (everyClient[index] as RegisteredClientRecord).clientId, past)));
       const document = 'https://host.example/oauth/client.json';
       await store.saveConsent(makeConsent('alice', document, past));
 
