@@ -69,7 +69,7 @@ export function introspectionRoutes(deps: IntrospectionRouteDeps): FastifyPlugin
     const allowed = caller.kind === 'resource_server' ? audience.includes(caller.label) : clientId === caller.client.clientId;
     if (!allowed) return INACTIVE;
     const { act, cnf } = payload as JWTPayload & { cnf?: unknown };
-    if (!(await accessTokenStands(deps.tokenState, { jti, clientId, exchanged: act !== undefined }))) return INACTIVE;
+    if (!(await accessTokenStands(deps.tokenState, { jti, clientId, subject: sub, exchanged: act !== undefined }))) return INACTIVE;
     // RFC 9449 §6.2: a DPoP-bound token says which key it is bound to.
     const tokenType = cnf === undefined ? 'Bearer' : 'DPoP';
     // RFC 8693 §4.1, DESIGN.md §12: an exchanged token says who acts for the subject (act).

@@ -97,7 +97,7 @@ async function tokenRefusal(deps: UserinfoRouteDeps, payload: JWTPayload, client
   // jti), which the grant-holder check below would not see when the exchanging client holds the grant too.
   if (payload.act !== undefined) return 'the access token was made by token exchange: it is for the resource server it names, not for /userinfo';
   // DESIGN.md §6, §8: a token of a revoked grant, or of a person or client no longer configured, has no claims here.
-  if (!(await accessTokenStands(deps.tokenState, { jti: payload.jti, clientId: client.clientId }))) return 'the access token is no longer valid';
+  if (!(await accessTokenStands(deps.tokenState, { jti: payload.jti, clientId: client.clientId, subject: payload.sub }))) return 'the access token is no longer valid';
   if (!scope.includes('openid')) return 'the access token does not carry the openid scope';
   // DESIGN.md §7: a client_credentials token names no person (its sub is the client), so it has no claims here; only tokens a person signed in for carry auth_time.
   if (typeof payload.auth_time !== 'number') return 'the access token was issued to a client, not for a person';

@@ -74,7 +74,7 @@ export function tokenExchangeGrant(deps: TokenExchangeGrantDeps): GrantHandler<V
       const jti = typeof claims?.jti === 'string' ? claims.jti : undefined;
       const subject = checkSubjectToken({ client, issuer: deps.issuer, claims, grantId: jti === undefined ? undefined : grantIdOfJti(jti) });
       if (!subject.ok) return subject;
-      const grantStands = await accessTokenStands(deps.tokenState, { jti: subject.value.jti, clientId: subject.value.clientId, exchanged: subject.value.act !== undefined });
+      const grantStands = await accessTokenStands(deps.tokenState, { jti: subject.value.jti, clientId: subject.value.clientId, subject: subject.value.subject, exchanged: subject.value.act !== undefined });
       const decision = decideTokenExchange({ client, issuer: deps.issuer, request: request.value, subject: subject.value, grantStands });
       if (!decision.ok) return decision;
       const { audience, scope, act } = decision.value;
