@@ -98,10 +98,12 @@ describe('pinpoint keys and grants on a SQLite file a server is using', () => {
     assert.equal(after.length, 4);
     assert.deepEqual(after.filter((key) => !keys.some((old) => old.kid === key.kid)).map((key) => key.state), ['published', 'published']);
 
-    const signing = keys[0]?.kid as string;
-    const refused = await run(['keys', 'retire', signing, ...config()]);
+    const signing = keys[0] as { kid: string; alg: string };
+    const successor = (after as { kid: string; alg: string; state: string }[]).find((key) => key.alg === signing.alg && key.state === 'published');
+    const refused = await run(['keys', 'retire', signing.kid, ...config()]);
     assert.equal(refused.code, 1);
-    assert.match(refused.stderr, /signs new tokens/);
+    // Already rotated: the refusal says which key takes over, not "rotate first".
+    assert.match(refused.stderr, new RegExp(`key ${signing.kid} signs new tokens until key ${successor?.kid}, published by the last rotation, signs at `));
     const unknown = await run(['keys', 'retire', 'no-such-kid', ...config()]);
     assert.equal(unknown.code, 1);
     assert.match(unknown.stderr, /there is no key no-such-kid/);

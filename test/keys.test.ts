@@ -10,6 +10,7 @@ import { after, before, describe, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { createRemoteJWKSet, decodeProtectedHeader, jwtVerify } from 'jose';
 import { KeyRing, keyStates, retireKey, rotateKeys, type KeyTiming } from '../src/crypto/keys.js';
+import { MemoryStore } from '../src/store/memory.js';
 import { openStore } from '../src/store/open.js';
 import type { Store } from '../src/store/types.js';
 import { createPostgresDatabase, POSTGRES_SKIP_REASON, POSTGRES_URL } from './helpers/databases.js';
@@ -107,5 +108,20 @@ describe('key rotation across two instances sharing one PostgreSQL database', { 
     for (const t of [a, b]) await eventually(TIMING.reloadMs * 5, async () => !(await kidsOf(t)).includes(oldKid), 'the retired key leaves /jwks');
     assert.equal(await introspect(a, before), false, 'a token signed by a retired key is inactive');
     assert.equal(await introspect(a, afterRotation), true);
+  });
+});
+
+describe('retiring the key that signs is refused, saying what to do', () => {
+  test('before a rotation: rotate first; after one: which key takes over, and when', async () => {
+    const store = new MemoryStore();
+    const keys = await KeyRing.open(store, { now: () => 1_000_000, timing: TIMING });
+    const signing = keys.current.accessToken.kid;
+    const first = await retireKey(store, signing, 1_000_000, TIMING);
+    assert.deepEqual(first, { ok: false, reason: `key ${signing} signs new tokens; rotate first, then retire it once the new key signs` });
+    const rotatedAt = 2_000_000;
+    const successor = (await rotateKeys(store, rotatedAt)).find((key) => key.alg === 'ES256')?.kid as string;
+    const during = await retireKey(store, signing, rotatedAt + 1000, TIMING);
+    const takesOver = new Date(rotatedAt + TIMING.leadMs).toISOString();
+    assert.deepEqual(during, { ok: false, reason: `key ${signing} signs new tokens until key ${successor}, published by the last rotation, signs at ${takesOver}; retire it after that` });
   });
 });
