@@ -27,6 +27,26 @@ describe('what counts against an address', () => {
     }
   });
 
+  test('a body of thousands of parameters is refused at the 257th (an audit: 12,000 names in 64 KiB cost 8 ms each to index, uncounted at /userinfo) and counts at every endpoint', async () => {
+    const t = await testApp({ limits: { addressFailures: 4 } });
+    try {
+      const many = Array.from({ length: 7_000 }, (_, i) => `k${i}=`).join('&');
+      const most = `grant_type=client_credentials&${Array.from({ length: 255 }, (_, i) => `k${i}=`).join('&')}`;
+      assert.equal((await t.app.inject({ method: 'POST', url: '/token', headers: { authorization: basic('service', SECRET), 'content-type': 'application/x-www-form-urlencoded' }, payload: most })).statusCode, 200, '256 parameters are taken');
+      for (const url of ['/userinfo', '/logout', '/device', '/token']) {
+        const refused = await t.app.inject({ method: 'POST', url, headers: { 'content-type': 'application/x-www-form-urlencoded' }, payload: many });
+        assert.equal(refused.statusCode, 400, `${url}: ${refused.body}`);
+        if (url === '/token') assert.deepEqual(refused.json(), { error: 'invalid_request', error_description: 'more than 256 parameters' });
+      }
+      const good = await postToken(t.app, [['grant_type', 'client_credentials']], basic('service', SECRET));
+      assert.equal(good.statusCode, 429, good.body);
+      const other = await t.app.inject({ method: 'POST', url: '/token', remoteAddress: '10.3.3.3', headers: { authorization: basic('service', SECRET), 'content-type': 'application/x-www-form-urlencoded' }, payload: 'grant_type=client_credentials' });
+      assert.equal(other.statusCode, 200, 'another address is not affected');
+    } finally {
+      await t.app.close();
+    }
+  });
+
   test('each /authorize that keeps a login request on the server counts: a loop of them is stopped', async () => {
     const t = await testApp({ limits: { addressFailures: 3 } });
     try {
