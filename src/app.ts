@@ -181,8 +181,8 @@ function parDeps(services: AppServices, store: Store): ParRouteDeps {
 }
 
 function userinfoDeps(services: AppServices, store: Store): UserinfoRouteDeps {
-  const { clients, issuer, keys, now, tokenState } = services;
-  return { store, users: services.config.users, clients, issuer, keys, now, tokenState };
+  const { clients, issuer, keys, now, tokenState, failures, inFlight } = services;
+  return { store, users: services.config.users, clients, issuer, keys, now, tokenState, failures, inFlight, limits: failureLimits(services) };
 }
 
 function deviceAuthorizationDeps(services: AppServices, store: Store): DeviceAuthorizationRouteDeps {

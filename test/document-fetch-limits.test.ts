@@ -15,6 +15,9 @@ import { form, ISSUER, LOOPBACK_DOCUMENT_CLIENTS, testConfig } from './helpers/a
 import { assertion, JWT_BEARER, newKey, type ClientKey } from './helpers/proofs.js';
 import { startHttpsServer, type HttpsTestServer } from './helpers/https-server.js';
 import { loadSigningKeys } from './helpers/keys.js';
+import type { SigningKeys } from '../src/crypto/keys.js';
+import { signJwt } from '../src/crypto/jwt.js';
+import { accessTokenClaims } from '../src/tokens/claims.js';
 
 const ADDRESS_FAILURES = 3;
 
@@ -40,7 +43,9 @@ before(async () => {
         : path.endsWith('/jwks.json')
           ? { keys: [signerKey.publicJwk] }
           : { client_id: `${origin}${path}`, redirect_uris: ['http://127.0.0.1/callback'], token_endpoint_auth_method: 'private_key_jwt', jwks_uri: `${origin}${signed}jwks.json` };
-    const send = (): void => void response.writeHead(200, { 'content-type': 'application/json', 'cache-control': 'max-age=3600' }).end(JSON.stringify(body));
+    // Under /no-store/: a document that may not be cached, so every resolution of it fetches again.
+    const caching = path.startsWith('/no-store/') ? 'no-store' : 'max-age=3600';
+    const send = (): void => void response.writeHead(200, { 'content-type': 'application/json', 'cache-control': caching }).end(JSON.stringify(body));
     if (holdMs > 0) setTimeout(send, holdMs);
     else send();
   });
@@ -54,7 +59,7 @@ let made = 0;
 const newDocumentUrl = (): string => `${origin}/client-${(made += 1)}/metadata.json`;
 
 /** A fresh app (fresh limits) with metadata documents on and address_failures = ADDRESS_FAILURES. */
-async function withApp(run: (app: FastifyInstance) => Promise<void>): Promise<void> {
+async function withApp(run: (app: FastifyInstance, keys: SigningKeys) => Promise<void>): Promise<void> {
   const base = await testConfig();
   const config = await testConfig({
     limits: { ...base.limits, addressFailures: ADDRESS_FAILURES },
@@ -62,10 +67,11 @@ async function withApp(run: (app: FastifyInstance) => Promise<void>): Promise<vo
   });
   const documents = new MetadataDocuments({ allowPrivateAddresses: true, ca: cert });
   const store = new MemoryStore();
-  const { app } = await buildApp({ config, store, keys: await loadSigningKeys(store), documents });
+  const keys = await loadSigningKeys(store);
+  const { app } = await buildApp({ config, store, keys, documents });
   await app.ready();
   try {
-    await run(app);
+    await run(app, keys);
   } finally {
     await app.close();
     await documents.close();
@@ -110,6 +116,20 @@ describe('metadata document fetches count against the address, before they start
     } finally {
       holdMs = 0;
     }
+  });
+
+  test('/userinfo with tokens of a document client whose document says no-store: each fetch counts (an audit: 300 calls, 300 fetches, none counted)', async () => {
+    await withApp(async (app, keys) => {
+      const clientId = `${origin}/no-store/metadata.json`;
+      const claims = accessTokenClaims({ issuer: ISSUER, subject: 'alice', clientId, audience: ISSUER, scope: ['openid'], lifetimeSeconds: 600, grantId: 'no-such-grant' }, Date.now());
+      const token = await signJwt(keys.accessToken, 'at+jwt', claims);
+      const before = fetches;
+      const statuses: number[] = [];
+      for (let i = 0; i < 10; i += 1) statuses.push((await app.inject({ url: '/userinfo', headers: { authorization: `Bearer ${token}` } })).statusCode);
+      // As at /revoke: the last count is never enough for a fetch, so the address stops one fetch short of the limit.
+      assert.equal(fetches - before, ADDRESS_FAILURES - 1, statuses.join(' '));
+      assert.deepEqual(statuses, [...Array(ADDRESS_FAILURES - 1).fill(401), ...Array(11 - ADDRESS_FAILURES).fill(429)]);
+    });
   });
 
   test('a private_key_jwt document\'s jwks_uri counts too: documents and key sets together stay within address_failures', async () => {

@@ -17,20 +17,21 @@ import { releasedClaims } from '../tokens/claims.js';
 import { proofOf } from './dpop-request.js';
 import { useCredentialsOnce } from './one-time-credentials.js';
 import { exposeToRedirectOrigin } from '../http/cors.js';
+import { admitRequest, type PageAdmission } from '../http/failure-limit.js';
+import { sendJsonError } from '../http/render-error.js';
 
 type Scheme = 'Bearer' | 'DPoP';
 
 /** What /userinfo uses, wired by buildApp. */
-export interface UserinfoRouteDeps {
+export interface UserinfoRouteDeps extends PageAdmission {
   /** Claims of upstream subjects, and the DPoP proofs used (grants and revocations are read through tokenState). */
   readonly store: SubjectClaimsStore & ReplayStore;
   /** Local users, whose claims come from the config. */
   readonly users: ReadonlyMap<string, UserRecord>;
-  readonly clients: Pick<ClientDirectory, 'find'>;
+  readonly clients: Pick<ClientDirectory, 'find' | 'fetchesToResolve'>;
   readonly issuer: string;
   /** The keys in use now, read at each use: keys rotate while the server runs. */
   readonly keys: () => SigningKeys;
-  readonly now: () => number;
   readonly tokenState: AccessTokenStateSources;
 }
 
@@ -141,7 +142,9 @@ async function answer(deps: UserinfoRouteDeps, request: FastifyRequest, reply: F
   if ('error' in binding) return refuse(request, reply, binding);
   const clientId = typeof payload.client_id === 'string' ? payload.client_id : undefined;
   request.clientId = clientId;
-  const client = await deps.clients.find(clientId);
+  const found = await clientOfToken(deps, request, clientId);
+  if ('error' in found) return sendJsonError(reply, found.error);
+  const { client } = found;
   if (client !== undefined) exposeToRedirectOrigin(request, reply, client);
   const scope = typeof payload.scope === 'string' ? payload.scope.split(' ') : [];
   const refused = await tokenRefusal(deps, payload, client, scope);
@@ -152,6 +155,23 @@ async function answer(deps: UserinfoRouteDeps, request: FastifyRequest, reply: F
   return reply
     .header('Cache-Control', 'no-store')
     .send({ sub: payload.sub, ...releasedClaims(scope, await claimsOf(deps, payload.sub as string)) });
+}
+
+/**
+ * The token's client. Resolving a metadata-document client that is not cached (its document sends `no-store`) fetches
+ * it: that fetch counts against the address, as at every endpoint (DESIGN.md §9), or the 429 when its budget is spent.
+ */
+async function clientOfToken(deps: UserinfoRouteDeps, request: FastifyRequest, clientId: string | undefined): Promise<{ client: ClientRecord | undefined } | { error: OAuthError }> {
+  if (clientId === undefined || deps.clients.fetchesToResolve(clientId) === 0) return { client: await deps.clients.find(clientId) };
+  const fetches = (): number => deps.clients.fetchesToResolve(clientId);
+  const admitting = admitRequest(deps.failures, deps.inFlight, deps.limits, { address: request.ip, clientId: undefined, fetches }, deps.now);
+  const admission = admitting instanceof Promise ? await admitting : admitting;
+  if (!admission.ok) return { error: admission.error };
+  try {
+    return { client: await deps.clients.find(clientId) };
+  } finally {
+    admission.settle('done', deps.now());
+  }
 }
 
 export function userinfoRoutes(deps: UserinfoRouteDeps): FastifyPluginAsync {
