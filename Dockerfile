@@ -20,6 +20,8 @@ COPY --from=build /app/node_modules ./node_modules
 COPY --from=build /app/dist ./dist
 COPY package.json ./
 RUN mkdir -p /var/lib/pinpoint /etc/pinpoint && chown node:node /var/lib/pinpoint
+# The config goes in /etc/pinpoint and its relative paths resolve there: mount the secrets folder as
+# /etc/pinpoint/secrets. `node` is uid 1000, so 0600 secret files must be owned by uid 1000 (README "Operations").
 USER node
 VOLUME ["/var/lib/pinpoint"]
 EXPOSE 8080

@@ -1,6 +1,7 @@
 # Pinpoint demo configuration: what `npm start` runs. Check it with
 #   npx pinpoint check --config config.example.hcl
-# Relative paths below are resolved against the folder of this file.
+# Relative paths below are resolved against the folder of this file. Before uncommenting an example
+# that names a file (secret_file, jwks_file, token_file), create that file.
 
 # The issuer: the URL clients and resource servers know this server by. No trailing slash;
 # https unless the host is loopback (127.0.0.1, ::1, localhost). It may carry a path, e.g.
@@ -116,6 +117,10 @@ client "webapp" {
   # id_token_signing_alg      = "ES256"                       # default "RS256"
   # refresh_reuse_grace       = "10s"                         # a rotated refresh token stays usable
   #                                                           # this long (default "0s", at most "60s")
+  # require_dpop              = true                          # /token refuses a request without a DPoP
+  #                                                           # proof: every token is key-bound (RFC 9449)
+  # require_par               = true                          # /authorize only with a request_uri from
+  #                                                           # POST /par (RFC 9126)
 }
 
 # A device client (RFC 8628, e.g. a TV): always public, no secret_file, no redirect_uris.
@@ -125,19 +130,43 @@ client "tv" {
   refresh_lifetime = "720h"
 }
 
+# A client that authenticates with private_key_jwt (RFC 7523) instead of a secret: jwks_file holds
+# its public keys only, as a JWK Set ({"keys": [...]}, a file of at most 64 KiB); no secret_file.
+# client "partner" {
+#   jwks_file = "keys/partner.jwks.json"
+#   audience  = ["https://api.example.org/"]
+#   scopes    = ["read"]              # what client_credentials may ask; default ["openid", "profile", "email"]
+# }
+
+# A resource server that calls another on a person's behalf (token exchange, RFC 8693): a
+# confidential client (secret_file or jwks_file) whose token_exchange block lists its own address,
+# the aud of the tokens it may exchange. Each subject_audience entry must be in the audience of
+# some client (here webapp's) or of dynamic_clients, and nameable as resource; check refuses others.
+# client "api-backend" {
+#   secret_file = "secrets/api-backend.secret"
+#   audience    = ["https://files.example.org"]        # the servers it may call
+#   token_exchange {
+#     subject_audience = ["https://api.example.org/"]  # tokens addressed to it
+#   }
+# }
+
 # A resource server that may ask POST /introspect about tokens addressed to it (HTTP Basic, the
 # label as user name). The label must be an audience entry that can be named as resource.
 # resource_server "https://api.example.org/" {
 #   secret_file = "secrets/api.secret"
 # }
 
-# Clients that are not in this file: MCP hosts and native apps (see DESIGN.md §9).
+# Clients that are not in this file: MCP hosts and native apps, which register at POST /register
+# (RFC 7591) or use the https URL of a client ID metadata document as client_id. Their tokens follow
+# the resource rules with this audience. See the README's "Protect an MCP server".
 # dynamic_clients {
-#   audience           = ["https://mcp.example.org/mcp"]  # required: what their tokens may be for
-#   metadata_documents = true        # client_id may be an https URL of a metadata document
-#   registration       = "open"      # "off" (default), "open", or "token" with token_file
-#   # token_file       = "secrets/registration"
-#   scopes             = ["openid", "profile", "mcp"]      # default ["openid", "profile", "email"]
-#   default_scope      = "mcp"       # for a request without scope; default none (refused)
-#   refresh_lifetime   = "720h"      # default none: no refresh tokens
+#   audience            = ["https://mcp.example.org/mcp"]  # required: what their tokens may be for
+#   metadata_documents  = true        # client_id may be an https URL of a metadata document
+#   registration        = "open"      # "off" (default), "open", or "token" with token_file
+#   # token_file        = "secrets/registration"
+#   scopes              = ["openid", "profile", "mcp"]      # default ["openid", "profile", "email"]
+#   default_scope       = "mcp"       # for a request without scope; default none (refused)
+#   refresh_lifetime    = "720h"      # default none: no refresh tokens
+#   refresh_reuse_grace = "10s"       # MCP hosts refresh in parallel: for 10 s, reusing a rotated token revokes nothing
+#   # allow_private_addresses = true  # tests only: fetch metadata documents from loopback/private hosts (check warns)
 # }

@@ -719,7 +719,7 @@ describe('config.example.hcl, with its commented examples turned on', () => {
       scopes: ['openid', 'profile', 'mcp'],
       defaultScope: ['mcp'],
       refreshLifetimeMs: 720 * 3_600_000,
-      refreshReuseGraceMs: 0,
+      refreshReuseGraceMs: 10_000,
       allowPrivateAddresses: false,
     });
   });

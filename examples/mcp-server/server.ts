@@ -3,6 +3,7 @@
  *
  *   PINPOINT_ISSUER=http://127.0.0.1:8080 MCP_URL=http://127.0.0.1:3000/mcp npx tsx examples/mcp-server/server.ts
  *
+ * It listens on MCP_HOST (127.0.0.1) at MCP_PORT, by default the port of MCP_URL (3000 when MCP_URL has none).
  * - GET /.well-known/oauth-protected-resource/mcp (RFC 9728) tells MCP hosts which authorization server to ask and
  *   which `resource` to ask a token for: MCP_URL, exactly. Pinpoint's `dynamic_clients.audience` must hold that string.
  * - Every request to MCP_URL needs `Authorization: Bearer <access token>`; without a valid one the answer is 401 with
@@ -21,10 +22,11 @@ import { InvalidTokenError } from '@modelcontextprotocol/sdk/server/auth/errors.
 import type { AuthInfo } from '@modelcontextprotocol/sdk/server/auth/types.js';
 
 const ISSUER = process.env.PINPOINT_ISSUER ?? 'http://127.0.0.1:8080'; // Pinpoint's base_url, no trailing slash
-const PORT = Number(process.env.MCP_PORT ?? 3000);
 const HOST = process.env.MCP_HOST ?? '127.0.0.1';
 // The URL hosts are given, and this server's resource identifier: the audience entry tokens must carry.
-const MCP_URL = process.env.MCP_URL ?? `http://127.0.0.1:${PORT}/mcp`;
+const MCP_URL = process.env.MCP_URL ?? `http://127.0.0.1:${process.env.MCP_PORT ?? 3000}/mcp`;
+// MCP_URL's own port unless MCP_PORT says otherwise; a URL without one (a proxy's https URL) leaves 3000.
+const PORT = Number(process.env.MCP_PORT ?? (new URL(MCP_URL).port || 3000));
 const SCOPE = process.env.MCP_SCOPE ?? 'mcp';
 
 const jwks = createRemoteJWKSet(new URL(`${ISSUER}/jwks`));
