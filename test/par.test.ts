@@ -9,6 +9,7 @@ import type { Config } from '../src/config/types.js';
 import { createMetrics, type Metrics } from '../src/http/metrics.js';
 import { openStore } from '../src/store/open.js';
 import type { Store } from '../src/store/types.js';
+import { pushedRequestDigest } from '../src/oauth/par.js';
 import { createPostgresDatabase, POSTGRES_SKIP_REASON, POSTGRES_URL, STORE_KINDS } from './helpers/databases.js';
 import { newKey, proof, type ClientKey } from './helpers/proofs.js';
 import {
@@ -119,6 +120,16 @@ for (const kind of STORE_KINDS) {
       assert.equal(`${back.origin}${back.pathname}`, REDIRECT);
       assert.equal(back.searchParams.get('state'), 'pushed-state');
       assert.ok(back.searchParams.get('code'));
+    });
+
+    test('only the parameters /authorize reads are kept: not client authentication, not a stranger\'s 40 KiB of unknown ones', async () => {
+      const junk = 'x'.repeat(40_000);
+      const pushed = await push(t.app, [...authorizationPairs('spa', [['resource', API]]), ['junk', junk], ['ui_locales', 'de']]);
+      assert.equal(pushed.statusCode, 201, pushed.body);
+      const digest = pushedRequestDigest(pushed.json().request_uri) as string;
+      const record = await t.store.findPushedRequest(digest, 'spa', clock);
+      const names = record?.parameters.map(([name]) => name).sort();
+      assert.deepEqual(names, ['client_id', 'code_challenge', 'code_challenge_method', 'redirect_uri', 'resource', 'response_type', 'scope', 'state']);
     });
 
     test('a confidential client authenticates at /par as at /token; a wrong secret is 401 invalid_client and nothing is kept', async () => {

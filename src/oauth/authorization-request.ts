@@ -118,6 +118,15 @@ function interactionOf(params: Params): Pick<AuthorizationRequest, 'prompt' | 'm
   return { prompt, maxAge: maxAgeText === undefined ? undefined : Number(maxAgeText) };
 }
 
+/**
+ * Every parameter validateAuthorizationRequest reads: RFC 6749 §3.1 has /authorize ignore the rest, so /par keeps only
+ * these (request and request_uri are read to be refused, and kept so that /authorize refuses them too).
+ */
+export const AUTHORIZATION_PARAMETERS: ReadonlySet<string> = new Set([
+  'response_type', 'response_mode', 'client_id', 'redirect_uri', 'state', 'nonce', 'scope', 'resource',
+  'code_challenge', 'code_challenge_method', 'dpop_jkt', 'prompt', 'max_age', 'request', 'request_uri',
+]);
+
 export function validateAuthorizationRequest(
   params: Params,
   /** What the request's client_id names, resolved beforehand (dynamic clients need I/O). */

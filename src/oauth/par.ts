@@ -10,7 +10,7 @@ import { digestOf, isBase64url32Bytes } from '../crypto/digest.js';
 import type { Params } from '../http/params.js';
 import { OAuthError } from '../policy/oauth-error.js';
 import type { PushedRequestRecord, PushedRequestStore, ReplayStore } from '../store/types.js';
-import { validateAuthorizationRequest } from './authorization-request.js';
+import { AUTHORIZATION_PARAMETERS, validateAuthorizationRequest } from './authorization-request.js';
 import { assertionVerifier, authenticateClient, claimedClient } from '../clients/authentication.js';
 import { proofOf } from './dpop-request.js';
 import { handleFormEndpoint, type FormEndpointDeps } from './form-endpoint.js';
@@ -23,8 +23,6 @@ export const REQUEST_URI_PREFIX = 'urn:ietf:params:oauth:request_uri:';
 /** DESIGN.md §13: a pushed request lives 60 s. */
 export const PUSHED_REQUEST_LIFETIME_MS = 60_000;
 
-/** RFC 9126 §2.1: client authentication is part of the push, not of the authorization request kept for /authorize. */
-const CLIENT_AUTHENTICATION = new Set(['client_secret', 'client_assertion', 'client_assertion_type']);
 
 /** The SHA-256 the store keeps of a request_uri of ours, or undefined when `requestUri` is not shaped like one. */
 export function pushedRequestDigest(requestUri: string): string | undefined {
@@ -34,11 +32,12 @@ export function pushedRequestDigest(requestUri: string): string | undefined {
 }
 
 /**
- * The parameters /authorize will run with: what was pushed, its client_id the authenticated client's, and the key of
- * the push's DPoP proof as dpop_jkt (RFC 9449 §10.1: the code will be bound to it).
+ * The parameters /authorize will run with: those of the push it reads (neither client authentication, RFC 9126 §2.1,
+ * nor a stranger's unknown parameters: an audit stored 64 KiB of junk per push), its client_id the authenticated
+ * client's, and the key of the push's DPoP proof as dpop_jkt (RFC 9449 §10.1: the code will be bound to it).
  */
 function authorizationParameters(params: Params, clientId: string, proofKey: string | undefined): Params {
-  const kept = new Map<string, readonly string[]>([...params].filter(([name]) => !CLIENT_AUTHENTICATION.has(name)));
+  const kept = new Map<string, readonly string[]>([...params].filter(([name]) => AUTHORIZATION_PARAMETERS.has(name)));
   kept.set('client_id', [clientId]);
   if (proofKey === undefined) return kept;
   // RFC 9449 §10.1: dpop_jkt and a proof that disagree are refused; a repeated dpop_jkt was refused before.
