@@ -117,3 +117,29 @@ describe('sign-in limits per address (real sockets from 127.0.0.2 and 127.0.0.3)
     assert.ok(victim.ms >= 200, `but its answer is slowed (${Math.round(victim.ms)} ms)`);
   });
 });
+
+describe('wrong passwords from one address across user names', () => {
+  test('at 10 × login_failures in the window the address gets 429, its right passwords too; another address signs in', async () => {
+    const t = await testApp({ limits: { loginFailures: 2, addressFailures: 1000 } });
+    try {
+      const signIn = await signInForm(t.app);
+      const as = (username: string, secret: string, remoteAddress = '127.0.0.1'): Promise<LightMyRequestResponse> =>
+        t.app.inject({
+          method: 'POST',
+          url: '/login',
+          remoteAddress,
+          headers: { ...FORM, cookie: signIn.cookies },
+          payload: form([['csrf', signIn.csrf], ['login', signIn.login], ['username', username], ['password', secret]]),
+        });
+      // A new name each time escapes login_failures (per user and address): each one is a full password check.
+      for (let i = 0; i < 20; i += 1) assert.equal((await as(`stranger-${i}`, 'guess')).statusCode, 401, `guess ${i}`);
+      const stopped = await as('stranger-20', 'guess');
+      assert.equal(stopped.statusCode, 429);
+      assert.ok(Number(stopped.headers['retry-after']) > 0);
+      assert.equal((await as('alice', PASSWORD)).statusCode, 429, 'the right password too, from this address');
+      assert.equal((await as('alice', PASSWORD, '10.9.9.9')).statusCode, 303, 'another address is not affected');
+    } finally {
+      await t.app.close();
+    }
+  });
+});

@@ -72,6 +72,14 @@ type PasswordCheck =
 /** Keys of the attempt counters: the user name as its digest, since it is attacker-chosen text of any length. */
 const userAtAddress = (username: string, address: string): string => `login:${digestOf(username)}:${limitedAddress(address)}`;
 const userAnywhere = (username: string): string => `login-any:${digestOf(username)}`;
+const anyUserAtAddress = (address: string): string => `login-address:${limitedAddress(address)}`;
+
+/**
+ * Wrong passwords one address may cost across all user names in a window, as a multiple of login_failures: a stranger
+ * naming a new user each time escapes login_failures, and each guess holds a hashing slot (0.1-0.8 s of scrypt), so
+ * a few addresses kept the pool full and everyone else's sign-in waited into 503s (a cost audit).
+ */
+const ANY_USER_FACTOR = 10;
 
 function showForm(deps: LoginRouteDeps, request: FastifyRequest, reply: FastifyReply, status: number, state: FormState): FastifyReply {
   const { purpose } = state.pending;
@@ -105,11 +113,12 @@ function refuse(deps: LoginRouteDeps, request: FastifyRequest, reply: FastifyRep
  */
 async function admit(deps: LoginRouteDeps, username: string, address: string): Promise<{ refused: true } | { refused: false; delayMs: number }> {
   const now = deps.now();
-  const [here, anywhere] = await Promise.all([
+  const [here, anywhere, fromAddress] = await Promise.all([
     deps.store.countAttempt(userAtAddress(username, address), now, deps.limits.loginWindowMs),
     deps.store.peekAttempts(userAnywhere(username), now),
+    deps.store.peekAttempts(anyUserAtAddress(address), now),
   ]);
-  if (here > deps.limits.loginFailures) return { refused: true };
+  if (here > deps.limits.loginFailures || fromAddress >= ANY_USER_FACTOR * deps.limits.loginFailures) return { refused: true };
   const beyond = anywhere - deps.limits.loginFailuresAny;
   return { refused: false, delayMs: beyond < 0 ? 0 : Math.min(MAX_SLOWDOWN_MS, (beyond + 1) * SLOWDOWN_STEP_MS) };
 }
@@ -181,7 +190,11 @@ async function signIn(deps: LoginRouteDeps, passwords: PasswordPool, request: Fa
 }
 
 async function wrongPassword(deps: LoginRouteDeps, request: FastifyRequest, reply: FastifyReply, state: FormState & { readonly username: string }): Promise<FastifyReply> {
-  await deps.store.countAttempt(userAnywhere(state.username), deps.now(), deps.limits.loginWindowMs);
+  const now = deps.now();
+  await Promise.all([
+    deps.store.countAttempt(userAnywhere(state.username), now, deps.limits.loginWindowMs),
+    deps.store.countAttempt(anyUserAtAddress(request.ip), now, deps.limits.loginWindowMs),
+  ]);
   request.log.info({ audit: true, event: 'sign_in', outcome: 'failure', user: bounded(state.username), method: 'password', address: request.ip }, 'sign-in failed');
   return refuse(deps, request, reply, 401, 'wrong_credentials', { ...state, message: 'Wrong username or password.' });
 }
