@@ -3,7 +3,7 @@
  * public address — checked on the resolved addresses before connecting and on the address actually connected to —
  * and the whole exchange is bounded in time and size.
  */
-import { lookup as dnsLookup, type LookupAddress, type LookupAllOptions, type LookupOptions } from 'node:dns';
+import { lookup as dnsLookup, promises as dnsPromises, type LookupAddress, type LookupAllOptions, type LookupOptions } from 'node:dns';
 import { BlockList, isIP, type LookupFunction } from 'node:net';
 import type { SecureContextOptions } from 'node:tls';
 import { Agent, buildConnector, request, type Dispatcher } from 'undici';
@@ -84,11 +84,38 @@ export function isPublicAddress(address: string): boolean {
 const forbidden = (address: string): FetchRefused =>
   new FetchRefused('forbidden_address', UNREACHABLE_HOST, `the host resolves to ${address}, a loopback, private, link-local or reserved address`);
 
+/** How long one DNS query of a stranger's name may take, and how often it is sent: about 3 s in all, within a fetch's 5 s. */
+const QUERY_TIMEOUT_MS = 1000;
+const QUERY_TRIES = 2;
+
+/**
+ * A lookup (all addresses) by DNS queries through c-ares, bounded in time. node:dns's lookup runs getaddrinfo on
+ * libuv's thread pool, two at a time for slow work: a stranger naming hosts whose DNS never answers (a cost audit: 20
+ * of them) held those threads 10 s per name and stalled every other lookup in the process for some 100 s. These
+ * queries hold no thread. The names are public hosts of strangers' URLs, so /etc/hosts is not read.
+ */
+export function resolverLookup(options: { readonly servers?: readonly string[] } = {}): typeof dnsLookup {
+  const lookup = (hostname: string, _options: LookupAllOptions, callback: (error: NodeJS.ErrnoException | null, addresses: LookupAddress[]) => void): void => {
+    const resolver = new dnsPromises.Resolver({ timeout: QUERY_TIMEOUT_MS, tries: QUERY_TRIES });
+    if (options.servers !== undefined) resolver.setServers([...options.servers]);
+    void Promise.allSettled([resolver.resolve4(hostname), resolver.resolve6(hostname)]).then(([v4, v6]) => {
+      const addresses: LookupAddress[] = [
+        ...(v4.status === 'fulfilled' ? v4.value.map((address) => ({ address, family: 4 })) : []),
+        ...(v6.status === 'fulfilled' ? v6.value.map((address) => ({ address, family: 6 })) : []),
+      ];
+      if (addresses.length > 0) return callback(null, addresses);
+      const failure = [v4, v6].find((result): result is PromiseRejectedResult => result.status === 'rejected');
+      callback((failure?.reason as NodeJS.ErrnoException | undefined) ?? Object.assign(new Error(`${hostname} has no address`), { code: 'ENOTFOUND' }), []);
+    });
+  };
+  return lookup as unknown as typeof dnsLookup;
+}
+
 /**
  * A `lookup` for net/tls.connect that resolves every address of the name and fails when any of them is not public,
  * so a name cannot pass by having one public address next to an internal one.
  */
-export function publicOnlyLookup(lookup: typeof dnsLookup = dnsLookup): LookupFunction {
+export function publicOnlyLookup(lookup: typeof dnsLookup = resolverLookup()): LookupFunction {
   return (hostname: string, options: LookupOptions, callback: (error: NodeJS.ErrnoException | null, address: string | LookupAddress[], family?: number) => void) => {
     const all: LookupAllOptions = { ...options, all: true };
     lookup(hostname, all, (error, addresses) => {
@@ -111,7 +138,7 @@ export interface PublicAgentOptions {
   readonly ca?: SecureContextOptions['ca'];
   /** Milliseconds a connection (including its TLS handshake) may take. */
   readonly connectTimeoutMs?: number;
-  /** The resolver behind the address check; default node:dns lookup (tests keep their names off the network). */
+  /** The resolver behind the address check; default resolverLookup (tests keep their names off the network). */
   readonly lookup?: typeof dnsLookup;
 }
 
