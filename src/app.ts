@@ -8,6 +8,7 @@ import type { Logger } from 'pino';
 import { makeServices, type AppLimits, type AppServices } from './context.js';
 import type { Config } from './config/types.js';
 import { ClientDirectory, type DocumentResolver } from './clients/directory.js';
+import type { BodyBudget } from './http/body-budget.js';
 import { createMetrics, type Metrics } from './http/metrics.js';
 import { measuredStore } from './store/measured.js';
 import type { LimiterLink } from './http/shared-limiter.js';
@@ -48,6 +49,8 @@ export interface BuildAppOptions {
   readonly limiterLink?: LimiterLink;
   /** How many workers serve with this one (DESIGN.md §11); 1 by default. */
   readonly workers?: number;
+  /** Request bodies held while they arrive (http/body-budget.ts); its default bounds unless a test passes smaller. */
+  readonly bodyBudget?: BodyBudget;
 }
 
 /** The app, and the shared services it was built with (tests read the limits and metrics in effect). */
@@ -67,6 +70,7 @@ export async function buildApp(options: BuildAppOptions): Promise<{ app: Fastify
     countFailure: (address, status) => countFailure(services.failures, services.inFlight, services.limits, address, status, services.now()),
     requestTimeoutMs: services.limits.requestTimeoutMs,
     addressConnections: services.limits.addressConnections,
+    ...(options.bodyBudget !== undefined && { bodyBudget: options.bodyBudget }),
   });
   await registerRoutes(app, services, store);
   return { app, ctx: services };

@@ -12,8 +12,10 @@ import type { Logger } from 'pino';
 import { bounded } from '../log.js';
 import { OAuthError } from '../policy/oauth-error.js';
 import { clientErrorHandler, isApiPath, RequestsBeingReceived } from './client-error.js';
+import { announcedBodyBytes, BodyBudget } from './body-budget.js';
 import { capConnectionsPerAddress } from './connection-cap.js';
 import { corsHook } from './cors.js';
+import { limitedAddress } from './failure-limit.js';
 import { requestRecorder, type Metrics } from './metrics.js';
 import { LIMITS, parseParams, pathOf } from './params.js';
 import { proxyTrust, REQUEST_ID_SHAPE, type ProxyTrust } from './proxies.js';
@@ -48,6 +50,8 @@ export interface TransportOptions {
   readonly requestTimeoutMs: number;
   /** Connections one client address may hold open at once (connection-cap.ts). */
   readonly addressConnections: number;
+  /** Request bodies held while they arrive (body-budget.ts); tests pass a small one. */
+  readonly bodyBudget?: BodyBudget;
 }
 
 /** A Fastify instance with every cross-cutting part in place and no route yet. */
@@ -199,16 +203,34 @@ function routerRefusal(options: TransportOptions, trusted: ProxyTrust, accessLin
   };
 }
 
+/** The answer to a body the budget has no room for: the worker holds as much of its address's bodies as it may. */
+const bodiesRefused = (): OAuthError =>
+  new OAuthError('temporarily_unavailable', 'too many request bodies are arriving from this address at once; try again shortly', 503, { 'Retry-After': '5' });
+
 /**
  * One onRequest hook, callback style (no promise per request): every answer names its request, so an operator can
- * find its log lines (DESIGN.md §10), CORS runs for the requests that carry an Origin (cors.ts), and a body too slow
- * to arrive is answered for the path it was sent to (client-error.ts).
+ * find its log lines (DESIGN.md §10), a body is weighed before it is read (body-budget.ts), CORS runs for the requests
+ * that carry an Origin (cors.ts), and a body too slow to arrive is answered for the path it was sent to
+ * (client-error.ts).
  */
 async function addRequestIdAndCors(app: FastifyInstance, options: TransportOptions, requests: RequestsBeingReceived): Promise<void> {
   const cors = await corsHook(app, options.basePath, options.isClientOrigin);
+  const bodies = options.bodyBudget ?? new BodyBudget();
   app.addHook('onRequest', (request, reply, done) => {
     requests.started(reply.raw);
     reply.header('X-Request-Id', request.id);
+    const bytes = announcedBodyBytes(request.headers, LIMITS.bodyBytes);
+    if (bytes > 0) {
+      const group = limitedAddress(request.ip);
+      if (!bodies.take(group, bytes)) {
+        // Answered before the body is read; not a failure of the address, which only sent what it may.
+        const refusal = bodiesRefused();
+        if (isApiPath(pathOf(request.url), options.basePath)) sendJsonError(reply, refusal);
+        else sendErrorPage(reply, refusal);
+        return;
+      }
+      reply.raw.once('close', () => bodies.give(group, bytes));
+    }
     // What @fastify/cors sends without an Origin: the answer differs by Origin, so caches must key on it.
     if (request.headers.origin === undefined) {
       reply.header('Vary', 'Origin');
