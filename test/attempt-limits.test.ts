@@ -8,6 +8,7 @@ import type { AddressInfo } from 'node:net';
 import { after, before, describe, test } from 'node:test';
 import type { FastifyInstance, LightMyRequestResponse } from 'fastify';
 import type { Store } from '../src/store/types.js';
+import { createMetrics, type Metrics } from '../src/http/metrics.js';
 import { STORE_KINDS } from './helpers/databases.js';
 import { cookieJar, form, hiddenInput, PASSWORD, type TestApp, testApp, webappAuthorizeUrl } from './helpers/app.js';
 
@@ -138,6 +139,36 @@ describe('wrong passwords from one address across user names', () => {
       assert.ok(Number(stopped.headers['retry-after']) > 0);
       assert.equal((await as('alice', PASSWORD)).statusCode, 429, 'the right password too, from this address');
       assert.equal((await as('alice', PASSWORD, '10.9.9.9')).statusCode, 303, 'another address is not affected');
+    } finally {
+      await t.app.close();
+    }
+  });
+});
+
+describe('an address over a limit', () => {
+  /** How many times the store was asked to count an attempt (a write). */
+  const countsWritten = async (metrics: Metrics): Promise<number> => {
+    const { values } = await metrics.storeOperations.get();
+    return values.find((value) => value.labels.operation === 'countAttempt' && value.metricName?.endsWith('_count'))?.value ?? 0;
+  };
+
+  test('is refused on reads: its further wrong user codes and passwords write nothing (a cost audit: a write each)', async () => {
+    const metrics = createMetrics({ processMetrics: false });
+    const t = await testApp({ metrics, limits: { userCodeFailures: 2, loginFailures: 2, addressFailures: 1000 } });
+    try {
+      const entry = await t.app.inject({ url: '/device' });
+      const code = (): Promise<LightMyRequestResponse> =>
+        t.app.inject({ method: 'POST', url: '/device', headers: { ...FORM, cookie: cookieJar('', entry) }, payload: form([['csrf', hiddenInput(entry.body, 'csrf')], ['user_code', 'BCDF-GHJK']]) });
+      assert.deepEqual([(await code()).statusCode, (await code()).statusCode, (await code()).statusCode], [400, 400, 429]);
+      const signIn = await signInForm(t.app);
+      for (let i = 0; i < 2; i += 1) assert.equal((await password(t.app, signIn, 'wrong')).statusCode, 401);
+      assert.equal((await password(t.app, signIn, 'wrong')).statusCode, 429);
+      const written = await countsWritten(metrics);
+      for (let i = 0; i < 5; i += 1) {
+        assert.equal((await code()).statusCode, 429);
+        assert.equal((await password(t.app, signIn, PASSWORD)).statusCode, 429);
+      }
+      assert.equal(await countsWritten(metrics), written);
     } finally {
       await t.app.close();
     }

@@ -113,12 +113,15 @@ function refuse(deps: LoginRouteDeps, request: FastifyRequest, reply: FastifyRep
  */
 async function admit(deps: LoginRouteDeps, username: string, address: string): Promise<{ refused: true } | { refused: false; delayMs: number }> {
   const now = deps.now();
-  const [here, anywhere, fromAddress] = await Promise.all([
-    deps.store.countAttempt(userAtAddress(username, address), now, deps.limits.loginWindowMs),
+  const key = userAtAddress(username, address);
+  const [before, anywhere, fromAddress] = await Promise.all([
+    deps.store.peekAttempts(key, now),
     deps.store.peekAttempts(userAnywhere(username), now),
     deps.store.peekAttempts(anyUserAtAddress(address), now),
   ]);
-  if (here > deps.limits.loginFailures || fromAddress >= ANY_USER_FACTOR * deps.limits.loginFailures) return { refused: true };
+  // Refused on reads while over a limit, so further guesses write nothing; else counted in one atomic statement.
+  if (before >= deps.limits.loginFailures || fromAddress >= ANY_USER_FACTOR * deps.limits.loginFailures) return { refused: true };
+  if ((await deps.store.countAttempt(key, now, deps.limits.loginWindowMs)) > deps.limits.loginFailures) return { refused: true };
   const beyond = anywhere - deps.limits.loginFailuresAny;
   return { refused: false, delayMs: beyond < 0 ? 0 : Math.min(MAX_SLOWDOWN_MS, (beyond + 1) * SLOWDOWN_STEP_MS) };
 }
