@@ -20,13 +20,14 @@ export class BodyBudget {
     private readonly inAll = BODY_BYTES_IN_ALL,
   ) {}
 
-  /** Takes `bytes` for `group`: false, taking nothing, when either bound would be passed. */
-  take(group: string, bytes: number): boolean {
+  /** Takes `bytes` for `group`; else takes nothing and says which bound would be passed. */
+  take(group: string, bytes: number): 'address' | 'all' | undefined {
     const held = this.#held.get(group) ?? 0;
-    if (held + bytes > this.perAddress || this.#total + bytes > this.inAll) return false;
+    if (held + bytes > this.perAddress) return 'address';
+    if (this.#total + bytes > this.inAll) return 'all';
     this.#held.set(group, held + bytes);
     this.#total += bytes;
-    return true;
+    return undefined;
   }
 
   /** Gives back what `take` took; a group holding nothing is forgotten, so the map is as large as what is held. */

@@ -203,9 +203,9 @@ function routerRefusal(options: TransportOptions, trusted: ProxyTrust, accessLin
   };
 }
 
-/** The answer to a body the budget has no room for: the worker holds as much of its address's bodies as it may. */
-const bodiesRefused = (): OAuthError =>
-  new OAuthError('temporarily_unavailable', 'too many request bodies are arriving from this address at once; try again shortly', 503, { 'Retry-After': '5' });
+/** The answer to a body the budget has no room for: the worker holds as much of its address's bodies, or of all, as it may. */
+const bodiesRefused = (bound: 'address' | 'all'): OAuthError =>
+  new OAuthError('temporarily_unavailable', `too many request bodies are arriving ${bound === 'address' ? 'from this address at once' : 'at once'}; try again shortly`, 503, { 'Retry-After': '5' });
 
 /**
  * One onRequest hook, callback style (no promise per request): every answer names its request, so an operator can
@@ -222,14 +222,23 @@ async function addRequestIdAndCors(app: FastifyInstance, options: TransportOptio
     const bytes = announcedBodyBytes(request.headers, LIMITS.bodyBytes);
     if (bytes > 0) {
       const group = limitedAddress(request.ip);
-      if (!bodies.take(group, bytes)) {
+      const refused = bodies.take(group, bytes);
+      if (refused !== undefined) {
         // Answered before the body is read; not a failure of the address, which only sent what it may.
-        const refusal = bodiesRefused();
+        const refusal = bodiesRefused(refused);
         if (isApiPath(pathOf(request.url), options.basePath)) sendJsonError(reply, refusal);
         else sendErrorPage(reply, refusal);
         return;
       }
-      reply.raw.once('close', () => bodies.give(group, bytes));
+      // Whichever comes first: the body read or the socket gone (request), or the answer ended (reply). A pipelined
+      // request queued behind one whose socket dies gets no reply 'close' at all (Node): its bytes would stay held.
+      let held = true;
+      const giveBack = (): void => {
+        if (held) bodies.give(group, bytes);
+        held = false;
+      };
+      request.raw.once('close', giveBack);
+      reply.raw.once('close', giveBack);
     }
     // What @fastify/cors sends without an Origin: the answer differs by Origin, so caches must key on it.
     if (request.headers.origin === undefined) {
