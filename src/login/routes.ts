@@ -75,11 +75,13 @@ const userAnywhere = (username: string): string => `login-any:${digestOf(usernam
 const anyUserAtAddress = (address: string): string => `login-address:${limitedAddress(address)}`;
 
 /**
- * Wrong passwords one address may cost across all user names in a window, as a multiple of login_failures: a stranger
- * naming a new user each time escapes login_failures, and each guess holds a hashing slot (0.1-0.8 s of scrypt), so
- * a few addresses kept the pool full and everyone else's sign-in waited into 503s (a cost audit).
+ * Password checks one address may start across all user names in a minute, as a multiple of login_failures: a
+ * stranger naming a new user each time escapes login_failures, and each guess holds a hashing slot (0.1-0.8 s of
+ * scrypt), so a few addresses kept the pool full and everyone else's sign-in waited into 503s (a cost audit). A
+ * minute, so that a shared address (an office, a carrier's NAT) that reaches it waits a minute at most.
  */
 const ANY_USER_FACTOR = 10;
+const ANY_USER_WINDOW_MS = 60_000;
 
 function showForm(deps: LoginRouteDeps, request: FastifyRequest, reply: FastifyReply, status: number, state: FormState): FastifyReply {
   const { purpose } = state.pending;
@@ -119,9 +121,19 @@ async function admit(deps: LoginRouteDeps, username: string, address: string): P
     deps.store.peekAttempts(userAnywhere(username), now),
     deps.store.peekAttempts(anyUserAtAddress(address), now),
   ]);
-  // Refused on reads while over a limit, so further guesses write nothing; else counted in one atomic statement.
-  if (before >= deps.limits.loginFailures || fromAddress >= ANY_USER_FACTOR * deps.limits.loginFailures) return { refused: true };
-  if ((await deps.store.countAttempt(key, now, deps.limits.loginWindowMs)) > deps.limits.loginFailures) return { refused: true };
+  // Refused on reads while over a limit, so further guesses write nothing; else counted in atomic statements, so
+  // parallel guesses cannot all pass a check made before any was counted.
+  const addressLimit = ANY_USER_FACTOR * deps.limits.loginFailures;
+  if (before >= deps.limits.loginFailures || fromAddress >= addressLimit) return { refused: true };
+  const [here, checksHere] = await Promise.all([
+    deps.store.countAttempt(key, now, deps.limits.loginWindowMs),
+    deps.store.countAttempt(anyUserAtAddress(address), now, ANY_USER_WINDOW_MS),
+  ]);
+  if (here > deps.limits.loginFailures || checksHere > addressLimit) {
+    // No check runs: the address's count of checks takes this one back (the user's counts what was tried).
+    await deps.store.forgiveAttempt(anyUserAtAddress(address), now);
+    return { refused: true };
+  }
   const beyond = anywhere - deps.limits.loginFailuresAny;
   return { refused: false, delayMs: beyond < 0 ? 0 : Math.min(MAX_SLOWDOWN_MS, (beyond + 1) * SLOWDOWN_STEP_MS) };
 }
@@ -138,8 +150,8 @@ async function checkPassword(deps: LoginRouteDeps, passwords: PasswordPool, user
     return user !== undefined && valid ? { result: 'right', user } : { result: 'wrong' };
   } catch (error) {
     if (!(error instanceof PasswordCheckUnavailableError)) throw error;
-    // Not checked, so not counted against the user (DESIGN.md §11: 503 with Retry-After).
-    await deps.store.forgiveAttempt(userAtAddress(username, address), deps.now());
+    // Not checked, so not counted against the user or the address (DESIGN.md §11: 503 with Retry-After).
+    await Promise.all([deps.store.forgiveAttempt(userAtAddress(username, address), deps.now()), deps.store.forgiveAttempt(anyUserAtAddress(address), deps.now())]);
     return { result: 'busy', retryAfterSeconds: error.retryAfterSeconds };
   }
 }
@@ -193,19 +205,16 @@ async function signIn(deps: LoginRouteDeps, passwords: PasswordPool, request: Fa
 }
 
 async function wrongPassword(deps: LoginRouteDeps, request: FastifyRequest, reply: FastifyReply, state: FormState & { readonly username: string }): Promise<FastifyReply> {
-  const now = deps.now();
-  await Promise.all([
-    deps.store.countAttempt(userAnywhere(state.username), now, deps.limits.loginWindowMs),
-    deps.store.countAttempt(anyUserAtAddress(request.ip), now, deps.limits.loginWindowMs),
-  ]);
+  await deps.store.countAttempt(userAnywhere(state.username), deps.now(), deps.limits.loginWindowMs);
   request.log.info({ audit: true, event: 'sign_in', outcome: 'failure', user: bounded(state.username), method: 'password', address: request.ip }, 'sign-in failed');
   return refuse(deps, request, reply, 401, 'wrong_credentials', { ...state, message: 'Wrong username or password.' });
 }
 
 async function signedIn(deps: LoginRouteDeps, request: FastifyRequest, reply: FastifyReply, state: FormState & { readonly username: string }, user: UserRecord): Promise<FastifyReply> {
   const address = request.ip;
-  // The right password ends this address's count for the user; the count across addresses runs out by itself.
-  await deps.store.clearAttempts(userAtAddress(state.username, address));
+  // The right password ends this address's count for the user, and is no guess of the address; the count across
+  // addresses runs out by itself.
+  await Promise.all([deps.store.clearAttempts(userAtAddress(state.username, address)), deps.store.forgiveAttempt(anyUserAtAddress(address), deps.now())]);
   request.log.info({ audit: true, event: 'sign_in', outcome: 'success', user: user.username, method: 'password', address }, 'signed in');
   const now = deps.now();
   await startSession(deps.store, request, reply, { cookies: deps.cookies, lifetimeMs: deps.sessionLifetimeMs, now }, user.username, { email: user.email, name: user.name });
