@@ -103,7 +103,7 @@ describe('pinpoint keys and grants on a SQLite file a server is using', () => {
     const refused = await run(['keys', 'retire', signing.kid, ...config()]);
     assert.equal(refused.code, 1);
     // Already rotated: the refusal says which key takes over, not "rotate first".
-    assert.match(refused.stderr, new RegExp(`key ${signing.kid} signs new tokens until key ${successor?.kid}, published by the last rotation, signs at `));
+    assert.match(refused.stderr, new RegExp(`key ${signing.kid} signs new tokens until key ${successor?.kid}, published by a rotation, takes over; retire it from `));
     const unknown = await run(['keys', 'retire', 'no-such-kid', ...config()]);
     assert.equal(unknown.code, 1);
     assert.match(unknown.stderr, /there is no key no-such-kid/);

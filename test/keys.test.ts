@@ -121,7 +121,12 @@ describe('retiring the key that signs is refused, saying what to do', () => {
     const rotatedAt = 2_000_000;
     const successor = (await rotateKeys(store, rotatedAt)).find((key) => key.alg === 'ES256')?.kid as string;
     const during = await retireKey(store, signing, rotatedAt + 1000, TIMING);
-    const takesOver = new Date(rotatedAt + TIMING.leadMs).toISOString();
-    assert.deepEqual(during, { ok: false, reason: `key ${signing} signs new tokens until key ${successor}, published by the last rotation, signs at ${takesOver}; retire it after that` });
+    const retirable = rotatedAt + TIMING.leadMs + TIMING.reloadMs;
+    assert.deepEqual(during, { ok: false, reason: `key ${signing} signs new tokens until key ${successor}, published by a rotation, takes over; retire it from ${new Date(retirable).toISOString()}` });
+    // A second rotation within the lead: the first successor still takes over first.
+    await rotateKeys(store, rotatedAt + 500);
+    assert.match((await retireKey(store, signing, rotatedAt + 1000, TIMING) as { reason: string }).reason, new RegExp(`until key ${successor},`));
+    // From the time it names, retiring is taken.
+    assert.deepEqual(await retireKey(store, signing, retirable, TIMING), { ok: true });
   });
 });

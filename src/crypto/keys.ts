@@ -240,15 +240,18 @@ export async function rotateKeys(store: KeyStore, now: number): Promise<StoredKe
   return keys;
 }
 
-/** Why the signing key `kid` cannot be retired: rotate first, or, once rotated, when its successor takes over. */
-function signingKeyRefusal(stored: readonly StoredKey[], kid: string, leadMs: number): string {
+/**
+ * Why the signing key `kid` cannot be retired: rotate first, or, once rotated, which key takes over first and from
+ * when it may be retired (once every instance has reloaded after the switch).
+ */
+function signingKeyRefusal(stored: readonly StoredKey[], kid: string, timing: KeyTiming): string {
   const key = stored.find((candidate) => candidate.kid === kid) as StoredKey;
   const successor = stored
     .filter((candidate) => candidate.alg === key.alg && candidate.retiredAt === undefined && candidate.createdAt > key.createdAt)
-    .sort((a, b) => b.createdAt - a.createdAt)[0];
+    .sort((a, b) => a.createdAt - b.createdAt)[0];
   if (successor === undefined) return `key ${kid} signs new tokens; rotate first, then retire it once the new key signs`;
-  const takesOver = new Date(successor.createdAt + leadMs).toISOString();
-  return `key ${kid} signs new tokens until key ${successor.kid}, published by the last rotation, signs at ${takesOver}; retire it after that`;
+  const retirable = new Date(successor.createdAt + timing.leadMs + timing.reloadMs).toISOString();
+  return `key ${kid} signs new tokens until key ${successor.kid}, published by a rotation, takes over; retire it from ${retirable}`;
 }
 
 /** `pinpoint keys retire KID`: refused for a key that signs or does not exist (DESIGN.md §2). */
@@ -257,7 +260,7 @@ export async function retireKey(store: KeyStore, kid: string, now: number, timin
   const state = keyStates(stored, now, timing.leadMs).get(kid);
   if (state === undefined) return { ok: false, reason: `there is no key ${kid}` };
   if (state === 'retired') return { ok: false, reason: `key ${kid} is already retired` };
-  if (state === 'signing') return { ok: false, reason: signingKeyRefusal(stored, kid, timing.leadMs) };
+  if (state === 'signing') return { ok: false, reason: signingKeyRefusal(stored, kid, timing) };
   // An instance holds the states of its last reload, up to reloadMs old: a key that signed then may sign there still.
   if (keyStates(stored, now - timing.reloadMs, timing.leadMs).get(kid) === 'signing') {
     return { ok: false, reason: `key ${kid} signed new tokens less than ${timing.reloadMs / 1000} s ago, and running instances may still sign with it; retire it later` };
