@@ -1,17 +1,12 @@
 /** DESIGN.md §11: what a draining worker does with its keep-alive connections and its counts, on SQLite and PostgreSQL. */
 import assert from 'node:assert/strict';
-import { readFile, writeFile } from 'node:fs/promises';
-import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { COLLECT_EVERY_MS } from '../src/http/metrics.js';
 import {
-  createDeployment,
   createTestDatabase,
-  freePort,
   killAll,
   removeDeployment,
-  startPinpoint,
   type Deployment,
   type PinpointProcess,
   type StateSpec,
@@ -26,6 +21,7 @@ import {
   pidOf,
   workersOf,
   twoWorkers,
+  startWithMetrics,
   cli,
   metricValue,
   sequence,
@@ -45,13 +41,7 @@ function drainingSuite(state: () => Promise<StateSpec>, metricsTests: boolean): 
   let pidFile: string;
 
   before(async () => {
-    deployment = await createDeployment({ state: await state() });
-    metricsPort = await freePort();
-    pidFile = join(deployment.folder, 'pinpoint.pid');
-    const extra = `workers = 2\nmetrics {\n  listen = "127.0.0.1:${metricsPort}"\n}\n`;
-    await writeFile(deployment.configFile, `${await readFile(deployment.configFile, 'utf8')}${extra}`);
-    server = await startPinpoint(deployment, { args: ['--pid-file', pidFile] });
-    await twoWorkers(server);
+    ({ deployment, server, metricsPort, pidFile } = await startWithMetrics(await state(), 'workers = 2\n'));
   });
   after(async () => {
     await killAll();

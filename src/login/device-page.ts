@@ -71,11 +71,9 @@ function approvalPage(deps: DevicePageDeps, request: FastifyRequest, reply: Fast
 async function lookUp(deps: DevicePageDeps, request: FastifyRequest, typed: string): Promise<Lookup> {
   const now = deps.now();
   const key = attemptKey(request.ip);
+  const limit = deps.limits.userCodeFailures;
   // An address already over the limit is refused on a read: its further guesses write nothing (a cost audit).
-  const over = async (): Promise<boolean> =>
-    (await deps.store.peekAttempts(key, now)) >= deps.limits.userCodeFailures ||
-    (await deps.store.countAttempt(key, now, deps.limits.userCodeWindowMs)) > deps.limits.userCodeFailures;
-  if (await over()) {
+  if ((await deps.store.peekAttempts(key, now)) >= limit || (await deps.store.countAttempt(key, now, deps.limits.userCodeWindowMs)) > limit) {
     const retryAfterSeconds = Math.ceil(deps.limits.userCodeWindowMs / 1000);
     return { found: false, status: 429, message: 'Too many wrong codes. Try again later.', retryAfterSeconds };
   }

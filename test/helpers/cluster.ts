@@ -11,7 +11,7 @@ import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Agent, request as undiciRequest } from 'undici';
 import { basic, form } from './app.js';
-import { SECRET, type Deployment, type PinpointProcess } from './process.js';
+import { createDeployment, freePort, SECRET, startPinpoint, type Deployment, type PinpointProcess, type StateSpec } from './process.js';
 import { cliArgs, WORKER_SCRIPT } from './cli-command.js';
 
 /** The PostgreSQL the tests on PostgreSQL use; without it they skip, saying why. */
@@ -280,4 +280,26 @@ export async function keepAliveLoad(baseUrl: string, until: Promise<unknown>, sh
     await agent.close();
   }
   return { results, closing, cappedOut };
+}
+
+/** A started server of 2 workers with a metrics listener and a pid file, and what a test needs of it. */
+export interface MetricsServer {
+  readonly deployment: Deployment;
+  readonly server: PinpointProcess;
+  readonly metricsPort: number;
+  readonly pidFile: string;
+  /** The config file as started: the deployment's, then `extra`, then the metrics block. */
+  readonly configText: string;
+}
+
+/** A deployment on `state` whose config gets `extra` and a metrics block, served with `args` and a pid file, both workers up. */
+export async function startWithMetrics(state: StateSpec, extra: string, args: readonly string[] = []): Promise<MetricsServer> {
+  const deployment = await createDeployment({ state });
+  const metricsPort = await freePort();
+  const pidFile = join(deployment.folder, 'pinpoint.pid');
+  const configText = `${await readFile(deployment.configFile, 'utf8')}${extra}metrics {\n  listen = "127.0.0.1:${metricsPort}"\n}\n`;
+  await writeFile(deployment.configFile, configText);
+  const server = await startPinpoint(deployment, { args: [...args, '--pid-file', pidFile] });
+  await twoWorkers(server);
+  return { deployment, server, metricsPort, pidFile, configText };
 }

@@ -12,12 +12,10 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { basic } from './app.js';
 import {
   SECRET,
-  createDeployment,
   freePort,
   killAll,
   removeDeployment,
   signInForTokens,
-  startPinpoint,
   type Deployment,
   type PinpointProcess,
   type StateSpec,
@@ -33,6 +31,7 @@ import {
   cli,
   addClient,
   metricValue,
+  startWithMetrics,
   requestsSummedAtMetrics,
   useUpClientFailures,
   stillLimitedEverywhere,
@@ -50,15 +49,8 @@ export function workersSuite(state: () => Promise<StateSpec>, how: 'config' | 'f
   let pidFile: string;
 
   before(async () => {
-    deployment = await createDeployment({ state: await state() });
-    metricsPort = await freePort();
-    pidFile = join(deployment.folder, 'pinpoint.pid');
-    baseText =
-      (await readFile(deployment.configFile, 'utf8')) +
-      `${how === 'config' ? 'workers = 2\n' : ''}trusted_proxies = ["127.0.0.1"]\nlimits {\n  client_failures = 5\n}\nmetrics {\n  listen = "127.0.0.1:${metricsPort}"\n}\n`;
-    await writeFile(deployment.configFile, baseText);
-    server = await startPinpoint(deployment, { args: [...(how === 'flag' ? ['--workers', '2'] : []), '--pid-file', pidFile] });
-    await twoWorkers(server);
+    const extra = `${how === 'config' ? 'workers = 2\n' : ''}trusted_proxies = ["127.0.0.1"]\nlimits {\n  client_failures = 5\n}\n`;
+    ({ deployment, server, metricsPort, pidFile, configText: baseText } = await startWithMetrics(await state(), extra, how === 'flag' ? ['--workers', '2'] : []));
   });
   after(async () => {
     await killAll();
